@@ -11,8 +11,8 @@ from pathlib import Path
 from kformer.errors import KformerError
 
 
-def open_text(path: str | os.PathLike) -> io.TextIOBase:
-    """Open a UTF-8 text file (``.gz`` is decompressed) for reading, after checking it exists."""
+def open_binary(path: str | os.PathLike) -> io.BufferedIOBase:
+    """Open a file (``.gz`` is decompressed) for reading bytes, after checking it exists and has content."""
     path = Path(path)
     if not path.exists():
         raise KformerError(f"{path} does not exist")
@@ -20,24 +20,32 @@ def open_text(path: str | os.PathLike) -> io.TextIOBase:
         raise KformerError(f"{path} is a folder, expected a file")
     if path.stat().st_size == 0:
         raise KformerError(f"{path} is empty")
-    raw = gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115
-    return io.TextIOWrapper(raw, encoding="utf-8", newline="")
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115
 
 
 def read_text_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
-    """Yield ``(line_number, line)`` (1-based, newline stripped) from a UTF-8 file.
+    """Yield ``(line_number, line)`` (1-based, newline stripped) from a UTF-8 file (or ``.gz``).
 
     Undecodable bytes raise a KformerError naming the line, so a user can find and fix it.
+    A leading byte-order mark is dropped.
     """
-    line_number = 0
     try:
-        with open_text(path) as handle:
-            for line_number, line in enumerate(handle, start=1):
+        with open_binary(path) as handle:
+            for line_number, raw in enumerate(handle, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise KformerError(
+                        f"{path}: line {line_number} is not valid UTF-8 "
+                        f"(byte {raw[exc.start:exc.start + 1]!r} at column {exc.start + 1}); re-save the file as UTF-8"
+                    ) from None
+                if line_number == 1:
+                    line = line.removeprefix("\ufeff")
                 yield line_number, line.rstrip("\r\n")
-    except UnicodeDecodeError as exc:
-        raise KformerError(
-            f"{path}: line {line_number + 1} is not valid UTF-8 (byte {exc.object[exc.start:exc.start + 1]!r}); "
-            "re-save the file as UTF-8"
-        ) from None
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+    except (OSError, EOFError) as exc:
         raise KformerError(f"{path}: cannot read it ({exc})") from None
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """The whole file as one string, decoded as in :func:`read_text_lines`."""
+    return "\n".join(line for _, line in read_text_lines(path))
