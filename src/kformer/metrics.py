@@ -1,0 +1,1 @@
+"""Metrics users know: masked sequence loss/accuracy, BLEU/chrF, classification reports."""

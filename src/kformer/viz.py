@@ -1,0 +1,1 @@
+"""Pictures: attention heat maps, training curves, confusion matrices (matplotlib, Agg backend)."""
