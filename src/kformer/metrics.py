@@ -1,1 +1,101 @@
 """Metrics users know: masked sequence loss/accuracy, BLEU/chrF, classification reports."""
+
+
+# --- Sequence loss and accuracy that ignore padding (helper B: seq2seq) ---------------------------
+# Token id 0 is padding in every kformer vocabulary (kformer.text.specials.PAD_ID); these score only
+# real target tokens, so a batch's padding length never changes the numbers.
+
+import keras  # noqa: E402
+from keras import ops  # noqa: E402
+
+SEQUENCE_PAD_ID = 0
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
+    """Token-level cross-entropy over non-padding targets, with optional label smoothing.
+
+    ``y_true`` (batch, T) int ids (0 = padding), ``y_pred`` (batch, T, vocab) logits (or
+    probabilities with ``from_logits=False``). Returns the mean over real tokens of the whole batch
+    (sum of token losses / number of non-padding tokens), so short and long batches weigh tokens
+    equally. ``label_smoothing`` spreads that much probability mass uniformly over the vocabulary.
+    """
+
+    def __init__(self, label_smoothing=0.0, from_logits=True, pad_id=SEQUENCE_PAD_ID,
+                 name="masked_sparse_categorical_crossentropy", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.label_smoothing = float(label_smoothing)
+        self.from_logits = bool(from_logits)
+        self.pad_id = int(pad_id)
+
+    def call(self, y_true, y_pred):
+        """Per-token losses (batch, T), zero at padding."""
+        y_true = ops.cast(y_true, "int32")
+        y_pred = ops.cast(y_pred, "float32")
+        if self.from_logits:
+            log_probs = ops.log_softmax(y_pred, axis=-1)
+        else:
+            log_probs = ops.log(ops.clip(y_pred, 1e-7, 1.0))
+        true_log_prob = ops.take_along_axis(log_probs, ops.expand_dims(y_true, -1), axis=-1)[..., 0]
+        losses = -true_log_prob
+        if self.label_smoothing:
+            eps = self.label_smoothing
+            losses = (1.0 - eps) * losses - eps * ops.mean(log_probs, axis=-1)
+        mask = ops.cast(ops.not_equal(y_true, self.pad_id), losses.dtype)
+        return losses * mask
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        # Reduced here, not by keras.losses.Loss, so a Keras mask riding on y_pred cannot rescale it.
+        losses = self.call(y_true, y_pred)
+        mask = ops.cast(ops.not_equal(ops.cast(y_true, "int32"), self.pad_id), losses.dtype)
+        if sample_weight is not None:
+            weight = ops.cast(sample_weight, losses.dtype)
+            while len(weight.shape) < len(mask.shape):
+                weight = ops.expand_dims(weight, -1)
+            mask = mask * weight
+            losses = losses * weight
+        return ops.divide_no_nan(ops.sum(losses), ops.sum(mask))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(label_smoothing=self.label_smoothing, from_logits=self.from_logits, pad_id=self.pad_id)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class MaskedAccuracy(keras.metrics.Metric):
+    """Fraction of non-padding target tokens whose arg-max prediction is right, over all batches seen.
+
+    ``y_true`` (batch, T) int ids, 0 = padding; ``y_pred`` (batch, T, vocab) scores.
+    """
+
+    def __init__(self, pad_id=SEQUENCE_PAD_ID, name="masked_accuracy", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.pad_id = int(pad_id)
+        self.correct = self.add_variable(shape=(), initializer="zeros", name="correct")
+        self.total = self.add_variable(shape=(), initializer="zeros", name="total")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        y_true = ops.cast(y_true, "int32")
+        predicted = ops.cast(ops.argmax(y_pred, axis=-1), "int32")
+        mask = ops.cast(ops.not_equal(y_true, self.pad_id), "float32")
+        if sample_weight is not None:
+            weight = ops.cast(sample_weight, "float32")
+            while len(weight.shape) < len(mask.shape):
+                weight = ops.expand_dims(weight, -1)
+            mask = mask * weight
+        hits = ops.cast(ops.equal(y_true, predicted), "float32") * mask
+        self.correct.assign_add(ops.sum(hits))
+        self.total.assign_add(ops.sum(mask))
+
+    def result(self):
+        return ops.divide_no_nan(self.correct, self.total)
+
+    def reset_state(self):
+        self.correct.assign(0.0)
+        self.total.assign(0.0)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(pad_id=self.pad_id)
+        return config
