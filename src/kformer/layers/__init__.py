@@ -1,0 +1,26 @@
+"""Transformer building blocks: attention, masks, positions, encoder and decoder blocks.
+
+``MaskedGlobalAveragePooling`` is Keras' ``GlobalAveragePooling1D``, which already averages
+over real tokens only when a mask arrives with its input; it is exported under this name so
+classifiers read as what they do.
+"""
+
+from keras.layers import GlobalAveragePooling1D as MaskedGlobalAveragePooling
+
+from kformer.layers.attention import scaled_dot_product_attention
+from kformer.layers.decoder import DecoderBlock
+from kformer.layers.encoder import EncoderBlock
+from kformer.layers.masks import attention_mask, causal_mask, padding_mask
+from kformer.layers.positions import TokenAndPositionEmbedding, sinusoidal_table
+
+__all__ = [
+    "DecoderBlock",
+    "EncoderBlock",
+    "MaskedGlobalAveragePooling",
+    "TokenAndPositionEmbedding",
+    "attention_mask",
+    "causal_mask",
+    "padding_mask",
+    "scaled_dot_product_attention",
+    "sinusoidal_table",
+]
