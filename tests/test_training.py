@@ -1,0 +1,137 @@
+"""kformer.training: recipes, the warmup/decay schedule, time budget, atomic checkpoints, resume."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import keras
+import numpy as np
+import pytest
+
+from kformer.errors import KformerError
+from kformer.training import (
+    CHECKPOINT_NAME,
+    TimeBudget,
+    WarmupDecay,
+    available_recipes,
+    fit,
+    last_checkpoint,
+    load_recipe,
+    set_seed,
+)
+
+
+def _tiny_model() -> keras.Model:
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")])
+    model.compile(optimizer=keras.optimizers.Adam(WarmupDecay(1e-2, 2, 20)), loss="sparse_categorical_crossentropy")
+    return model
+
+
+def _data(n: int = 64):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(n, 4)).astype("float32")
+    return x, (x[:, 0] > 0).astype("int32")
+
+
+@pytest.mark.parametrize(
+    ("decay", "step", "expected"),
+    [
+        ("cosine", 0, 0.1),
+        ("cosine", 4, 0.5),
+        ("cosine", 10, 1.0),
+        ("cosine", 60, 0.5),
+        ("cosine", 110, 0.0),
+        ("cosine", 500, 0.0),
+        ("linear", 60, 0.5),
+        ("linear", 85, 0.25),
+    ],
+)
+def test_warmup_decay_values(decay, step, expected):
+    schedule = WarmupDecay(1.0, warmup_steps=10, total_steps=110, decay=decay)
+    assert float(schedule(step)) == pytest.approx(expected, abs=1e-5)
+
+
+def test_warmup_decay_floor_and_serialization():
+    schedule = WarmupDecay(2.0, warmup_steps=0, total_steps=10, decay="linear", final_ratio=0.1)
+    assert float(schedule(10)) == pytest.approx(0.2, abs=1e-6)
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(schedule))
+    assert isinstance(restored, WarmupDecay)
+    assert float(restored(5)) == pytest.approx(float(schedule(5)))
+
+
+def test_load_recipe_by_name_path_and_errors(tmp_path):
+    custom = tmp_path / "mine.toml"
+    custom.write_text('epochs = 3\n[model]\ndim = 16\n', encoding="utf-8")
+    assert load_recipe(custom) == {"epochs": 3, "model": {"dim": 16}}
+    for name in available_recipes():
+        assert isinstance(load_recipe(name), dict)
+    with pytest.raises(KformerError, match="unknown recipe 'nope'; available:"):
+        load_recipe("nope")
+    broken = tmp_path / "broken.toml"
+    broken.write_text("epochs = = 3\n", encoding="utf-8")
+    with pytest.raises(KformerError, match="not valid TOML"):
+        load_recipe(broken)
+
+
+class _Slow(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        time.sleep(0.02)
+
+
+def test_time_budget_stops_training(tmp_path):
+    set_seed(0)
+    x, y = _data()
+    model = _tiny_model()
+    result = fit(model, (x, y), None, epochs=500, out_dir=tmp_path, patience=None, max_minutes=0.3 / 60,
+                 verbose=0, callbacks=[_Slow()])
+    # Fits would take 500 epochs * 2 batches * 20 ms = 20 s without the budget.
+    assert result.stopped_by_budget
+    assert result.epochs_run < 50
+    assert result.seconds < 5
+
+
+def test_time_budget_not_fired_without_limit():
+    budget = TimeBudget(None)
+    model = _tiny_model()
+    x, y = _data()
+    model.fit(x, y, epochs=1, verbose=0, callbacks=[budget])
+    assert not budget.fired
+
+
+def test_checkpoint_atomic_and_resume_continues(tmp_path):
+    set_seed(1)
+    x, y = _data()
+    model = _tiny_model()
+    first = fit(model, (x[:48], y[:48]), (x[48:], y[48:]), epochs=2, out_dir=tmp_path, patience=None, verbose=0)
+    assert first.epochs_run == 2 and not first.stopped_by_budget
+    path, done = last_checkpoint(tmp_path)
+    assert path.name == CHECKPOINT_NAME and done == 2
+    assert not [p.name for p in tmp_path.iterdir() if ".tmp" in p.name]
+    assert json.loads((tmp_path / "checkpoint.json").read_text())["epochs_done"] == 2
+    assert (tmp_path / "history.csv").is_file() and (tmp_path / "logs").is_dir()
+    steps_per_epoch = 2  # 48 rows, batch 32
+
+    resumed = _tiny_model()
+    second = fit(resumed, (x[:48], y[:48]), (x[48:], y[48:]), epochs=3, out_dir=tmp_path, patience=None,
+                 resume=True, verbose=0)
+    assert second.initial_epoch == 2 and second.epochs_run == 1
+    assert int(resumed.optimizer.iterations) == 3 * steps_per_epoch
+    assert last_checkpoint(tmp_path)[1] == 3
+
+
+def test_failed_checkpoint_keeps_previous(tmp_path, monkeypatch):
+    x, y = _data()
+    model = _tiny_model()
+    fit(model, (x, y), None, epochs=1, out_dir=tmp_path, patience=None, verbose=0)
+    before = (tmp_path / CHECKPOINT_NAME).read_bytes()
+
+    def broken_save(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(keras.Model, "save", broken_save)
+    with pytest.raises(OSError):
+        fit(model, (x, y), None, epochs=2, out_dir=tmp_path, patience=None, verbose=0)
+    assert (tmp_path / CHECKPOINT_NAME).read_bytes() == before
+    assert last_checkpoint(tmp_path)[1] == 1
+    assert not [p.name for p in tmp_path.iterdir() if ".tmp" in p.name]
