@@ -99,3 +99,29 @@ class MaskedAccuracy(keras.metrics.Metric):
         config = super().get_config()
         config.update(pad_id=self.pad_id)
         return config
+
+
+# --- Translation metrics (helper C: translate) ----------------------------------------------------
+# Corpus-level BLEU and chrF as sacrebleu computes them (its default 13a tokenisation and chrF
+# character 6-grams), so numbers compare with published ones; exact match after whitespace trimming.
+
+
+def translation_scores(hypotheses, references) -> dict:
+    """``{"bleu", "chrf", "exact_match", "n"}`` of hypotheses against one reference each.
+
+    BLEU and chrF are on sacrebleu's 0..100 scale; exact_match is a 0..1 fraction.
+    """
+    import sacrebleu
+
+    hypotheses, references = [str(h) for h in hypotheses], [str(r) for r in references]
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+    if not hypotheses:
+        return {"bleu": 0.0, "chrf": 0.0, "exact_match": 0.0, "n": 0}
+    exact = sum(h.strip() == r.strip() for h, r in zip(hypotheses, references, strict=True)) / len(hypotheses)
+    return {
+        "bleu": float(sacrebleu.corpus_bleu(hypotheses, [references]).score),
+        "chrf": float(sacrebleu.corpus_chrf(hypotheses, [references]).score),
+        "exact_match": float(exact),
+        "n": len(hypotheses),
+    }

@@ -1,0 +1,87 @@
+"""Pair reading (NFC, errors naming the line) and reproducible random / document hold-outs."""
+
+import gzip
+import unicodedata
+
+import pytest
+
+from kformer.data.pairs import (
+    Pair,
+    curriculum_levels,
+    document_holdout,
+    normalize_text,
+    random_holdout,
+    read_document_ids,
+    read_pairs,
+)
+from kformer.errors import KformerError
+
+TAMIL_NFC = "\u0b95\u0bca"  # KA + vowel sign O; NFD splits the sign into E + AA
+TAMIL_NFD = unicodedata.normalize("NFD", TAMIL_NFC)
+
+
+def test_reads_pairs_nfc_extra_columns_gz_and_blank_lines(tmp_path):
+    path = tmp_path / "pairs.tsv.gz"
+    text = f"Hello  there\tHola\tattribution #1\n\n go \t {TAMIL_NFD}போ\n"
+    path.write_bytes(gzip.compress(text.encode("utf-8")))
+    pairs = read_pairs(path)
+    assert pairs == [Pair("Hello there", "Hola", 1), Pair("go", f"{TAMIL_NFC}போ", 3)]
+    assert len(TAMIL_NFD) == 3 and pairs[1].target == "\u0b95\u0bca\u0baa\u0bcb"
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"a\tb\nno tab here\n", "line 2 has no tab"),
+        (b"a\tb\nc\t \n", "line 2 has an empty target"),
+        (b"a\tb\n\xff\xfe\tx\n", "line 2 is not valid UTF-8"),
+        (b"\n\n", "holds no sentence pairs"),
+        (b"", "is empty"),
+    ],
+)
+def test_bad_files_give_one_line_errors(tmp_path, content, message):
+    path = tmp_path / "bad.tsv"
+    path.write_bytes(content)
+    with pytest.raises(KformerError, match=message) as info:
+        read_pairs(path)
+    assert "\n" not in str(info.value)
+
+
+def test_random_holdout_is_reproducible_and_disjoint():
+    pairs = [Pair(f"s{i}", f"t{i}", i) for i in range(100)]
+    train, held = random_holdout(pairs, 20, seed=3)
+    assert len(held) == 20 and len(train) == 80
+    assert {p.line for p in train}.isdisjoint({p.line for p in held})
+    assert random_holdout(pairs, 20, seed=3)[1] == held
+    assert random_holdout(pairs, 20, seed=4)[1] != held
+    # a length-sorted file must not give the longest pairs as the test set
+    assert 20 < sum(p.line for p in held) / 20 < 80
+    with pytest.raises(KformerError):
+        random_holdout(pairs, 100)
+
+
+def test_document_holdout_keeps_documents_whole(tmp_path):
+    meta = tmp_path / "meta.tsv"
+    rows = ["line\ttuid\tsource_url"]
+    documents = ["a"] * 40 + ["b"] * 30 + ["c"] * 10 + ["d"] * 10 + ["e"] * 10
+    rows += [f"{i + 1}\t{d.upper()}_1:{i + 1}\thttp://x/{d}" for i, d in enumerate(documents)]
+    meta.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    doc_ids = read_document_ids(meta)
+    assert doc_ids[0] == "http://x/a" and len(doc_ids) == 100
+    pairs = [Pair(f"s{i}", f"t{i}", i) for i in range(100)]
+    train, held, chosen = document_holdout(pairs, doc_ids, fraction=0.2, seed=0)
+    held_docs = {doc_ids[p.line] for p in held}
+    train_docs = {doc_ids[p.line] for p in train}
+    assert held_docs == set(chosen) and held_docs.isdisjoint(train_docs)
+    assert 10 <= len(held) <= 30 and len(train) + len(held) == 100
+    assert "http://x/a" not in held_docs  # 40 > twice the 20 wanted
+    with pytest.raises(KformerError, match="must match"):
+        document_holdout(pairs[:50], doc_ids)
+
+
+def test_curriculum_levels_grow_short_first():
+    lengths = [5, 1, 9, 3, 7, 2]
+    levels = curriculum_levels(lengths, levels=3)
+    assert [len(level) for level in levels] == [2, 4, 6]
+    assert set(levels[0]) == {1, 5}  # the two shortest
+    assert normalize_text(" a \t b ") == "a b"
