@@ -125,3 +125,54 @@ def translation_scores(hypotheses, references) -> dict:
         "exact_match": float(exact),
         "n": len(hypotheses),
     }
+
+
+# --- Classification report (helper A: classify) ---------------------------------------------------
+# Labels are the user's strings; scikit-learn does the arithmetic so the numbers match its docs.
+
+
+def classification_scores(y_true, y_pred, labels=None) -> dict:
+    """Accuracy, macro-F1, per-class precision/recall/F1/support and the confusion matrix.
+
+    ``y_true``/``y_pred`` are label strings; ``labels`` fixes the order (default: sorted union).
+    Returns ``{"accuracy", "macro_f1", "n", "labels", "per_class": {label: {...}}, "confusion": [[...]]}``
+    where ``confusion[i][j]`` counts true ``labels[i]`` predicted as ``labels[j]``.
+    """
+    from sklearn.metrics import (
+        accuracy_score,
+        confusion_matrix,
+        f1_score,
+        precision_recall_fscore_support,
+    )
+
+    y_true, y_pred = [str(y) for y in y_true], [str(y) for y in y_pred]
+    if len(y_true) != len(y_pred):
+        raise ValueError(f"{len(y_true)} true labels but {len(y_pred)} predictions")
+    if labels is None:
+        labels = sorted(set(y_true) | set(y_pred))
+    labels = [str(x) for x in labels]
+    if not y_true:
+        return {"accuracy": 0.0, "macro_f1": 0.0, "n": 0, "labels": labels, "per_class": {}, "confusion": []}
+    present = [label for label in labels if label in set(y_true)]
+    precision, recall, f1, support = precision_recall_fscore_support(y_true, y_pred, labels=labels, zero_division=0)
+    return {
+        "accuracy": float(accuracy_score(y_true, y_pred)),
+        "macro_f1": float(f1_score(y_true, y_pred, labels=present, average="macro", zero_division=0)),
+        "n": len(y_true),
+        "labels": labels,
+        "per_class": {
+            label: {"precision": float(p), "recall": float(r), "f1": float(f), "support": int(s)}
+            for label, p, r, f, s in zip(labels, precision, recall, f1, support, strict=True)
+        },
+        "confusion": confusion_matrix(y_true, y_pred, labels=labels).tolist(),
+    }
+
+
+def format_classification_report(scores: dict) -> str:
+    """A plain-text table of :func:`classification_scores` (per-class rows, then the totals)."""
+    width = max([len(label) for label in scores["per_class"]] + [10])
+    lines = [f"{'label':<{width}}  precision  recall  f1     support"]
+    for label, row in scores["per_class"].items():
+        lines.append(f"{label:<{width}}  {row['precision']:9.3f}  {row['recall']:6.3f}  {row['f1']:5.3f}  {row['support']:7d}")
+    lines.append(f"accuracy {scores['accuracy']:.4f}   macro-F1 {scores['macro_f1']:.4f}   n {scores['n']}")
+    return "\n".join(lines)
