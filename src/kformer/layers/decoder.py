@@ -26,6 +26,7 @@ class DecoderBlock(ResidualBlock):
         return_attention_scores=False, training=None)``
 
         - ``decoder_mask`` ``(batch, T)``: target padding (keys); self-attention is always causal.
+          Keras fills it in (as ``mask``) when ``x`` comes from a masking embedding.
         - ``encoder_mask`` ``(batch, S)``: source padding; padded encoder positions get zero weight.
         - ``self_attention_cache`` ``(batch, 2, max_T, heads, dim // heads)`` with
           ``cache_update_index`` (position of ``x``'s first token): keys/values of ``x`` are written
@@ -76,6 +77,7 @@ class DecoderBlock(ResidualBlock):
         x,
         encoder_outputs=None,
         decoder_mask=None,
+        mask=None,
         encoder_mask=None,
         self_attention_cache=None,
         cache_update_index=None,
@@ -83,6 +85,7 @@ class DecoderBlock(ResidualBlock):
         return_attention_scores=False,
         training=None,
     ):
+        decoder_mask = mask if decoder_mask is None else decoder_mask
         query_length = ops.shape(x)[1]
         if self_attention_cache is None:
             self_mask = attention_mask(key_mask=decoder_mask, causal=True, query_length=query_length)
@@ -98,6 +101,7 @@ class DecoderBlock(ResidualBlock):
 
         def attend_self(h):
             nonlocal new_cache
+            h = _drop_keras_mask(h)
             result = self.self_attention(
                 h,
                 h,
@@ -116,7 +120,8 @@ class DecoderBlock(ResidualBlock):
             return output, None
 
         def attend_encoder(h):
-            memory = h if encoder_outputs is None else encoder_outputs
+            h = _drop_keras_mask(h)
+            memory = h if encoder_outputs is None else _drop_keras_mask(encoder_outputs)
             result = self.cross_attention(
                 h,
                 memory,
@@ -136,3 +141,9 @@ class DecoderBlock(ResidualBlock):
         if return_attention_scores:
             outputs += (self_scores, cross_scores)
         return outputs[0] if len(outputs) == 1 else outputs
+
+
+def _drop_keras_mask(tensor):
+    """A copy without the Keras mask: the block passes masks explicitly, and the attention's
+    inner projections would otherwise warn that they "destroy the mask"."""
+    return ops.copy(tensor)
