@@ -242,13 +242,14 @@ def fit(
     resume: bool = False,
     monitor: str = "val_loss",
     verbose: int | str = "auto",
+    batch_size: int | None = None,
     class_weight: dict | None = None,
     callbacks: list | None = None,
 ) -> FitResult:
     """``model.fit`` with :func:`standard_callbacks`; with ``resume`` it continues from the last checkpoint.
 
     ``train`` is a ``tf.data.Dataset`` (or anything ``model.fit`` takes as ``x``) or an ``(x, y)``
-    tuple; ``validation`` is what ``validation_data`` takes.
+    tuple; ``validation`` is what ``validation_data`` takes; ``batch_size`` applies to arrays.
     Without ``validation`` early stopping watches the training loss.
     """
     if validation is None and monitor.startswith("val_"):
@@ -267,6 +268,7 @@ def fit(
             validation_data=validation,
             epochs=epochs,
             initial_epoch=initial_epoch,
+            batch_size=batch_size,
             callbacks=standard + list(callbacks or []),
             class_weight=class_weight,
             verbose=verbose,

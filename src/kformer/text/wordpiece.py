@@ -1,0 +1,116 @@
+"""Word and WordPiece vocabularies for classification, learned from training text only.
+
+Both kinds end up in a ``keras_hub.tokenizers.WordPieceTokenizer`` (lowercased, accents
+stripped, split on whitespace and punctuation): a *word* vocabulary simply has no ``##``
+continuation pieces, so a word outside it becomes ``[UNK]``. The vocabulary starts with
+kformer's special tokens (``[PAD]`` = 0, ...) followed by the BERT ones, so the same file also
+serves ``keras_hub.models.BertTokenizer``. It is saved as ``vocab.txt``, one token per line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+from kformer.errors import KformerError
+from kformer.text.specials import SPECIAL_TOKENS, UNK
+
+BERT_TOKENS = ("[CLS]", "[SEP]", "[MASK]")
+RESERVED_TOKENS = tuple(SPECIAL_TOKENS) + BERT_TOKENS
+VOCAB_FILE = "vocab.txt"
+# A review of 50,000 words must not cost a full tokenization: beyond this many characters per
+# token of the sequence length nothing can survive the truncation anyway.
+CHARS_PER_TOKEN_LIMIT = 16
+
+_HTML_BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
+_SPACES = re.compile(r"\s+")
+_WORD = re.compile(r"\w+|[^\w\s]")
+
+
+def clean_text(text: str, max_chars: int | None = None) -> str:
+    """Turn HTML line breaks into spaces, collapse whitespace, cut to ``max_chars``."""
+    text = _SPACES.sub(" ", _HTML_BREAK.sub(" ", text)).strip()
+    return text[:max_chars] if max_chars else text
+
+
+def _basic_words(text: str) -> list[str]:
+    """Lowercased, accent-stripped words and punctuation, as the WordPiece tokenizer splits them."""
+    text = unicodedata.normalize("NFD", text.lower())
+    text = "".join(ch for ch in text if unicodedata.category(ch) != "Mn")
+    return _WORD.findall(text)
+
+
+def learn_vocabulary(texts: Sequence[str], size: int, kind: str = "wordpiece") -> list[str]:
+    """A vocabulary of at most ``size`` tokens, reserved tokens first.
+
+    ``kind="word"``: the most frequent words. ``kind="wordpiece"``: KerasHub's
+    ``compute_word_piece_vocabulary`` (words plus ``##`` continuation pieces).
+    """
+    texts = [t for t in texts if t]
+    if not texts:
+        raise KformerError("cannot learn a vocabulary from no text")
+    if size <= len(RESERVED_TOKENS) + 1:
+        raise KformerError(f"vocabulary size {size} is too small; use at least {len(RESERVED_TOKENS) + 2}")
+    if kind == "word":
+        counts = Counter(word for text in texts for word in _basic_words(text))
+        words = [w for w, _ in counts.most_common(size - len(RESERVED_TOKENS)) if w not in RESERVED_TOKENS]
+        return list(RESERVED_TOKENS) + words
+    if kind != "wordpiece":
+        raise KformerError(f"unknown tokenizer kind '{kind}'; use 'word' or 'wordpiece'")
+    import keras_hub
+    import tensorflow as tf
+
+    data = tf.data.Dataset.from_tensor_slices(list(texts)).batch(1024)
+    vocabulary = keras_hub.tokenizers.compute_word_piece_vocabulary(
+        data, vocabulary_size=size, lowercase=True, strip_accents=True, reserved_tokens=list(RESERVED_TOKENS)
+    )
+    return list(vocabulary)
+
+
+def save_vocabulary(vocabulary: Sequence[str], path: str | os.PathLike) -> None:
+    Path(path).write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
+
+
+def load_vocabulary(path: str | os.PathLike) -> list[str]:
+    path = Path(path)
+    if not path.is_file():
+        raise KformerError(f"vocabulary file {path} is missing; the model folder is incomplete")
+    vocabulary = path.read_text(encoding="utf-8").splitlines()
+    if len(vocabulary) < 2 or vocabulary[0] != SPECIAL_TOKENS[0]:
+        raise KformerError(f"{path} is not a kformer vocabulary (it must start with {SPECIAL_TOKENS[0]})")
+    return vocabulary
+
+
+def make_tokenizer(vocabulary: Sequence[str], max_length: int):
+    """A WordPiece tokenizer giving ``(batch, max_length)`` int ids, padded with 0, truncated."""
+    import keras_hub
+
+    return keras_hub.tokenizers.WordPieceTokenizer(
+        vocabulary=list(vocabulary),
+        sequence_length=int(max_length),
+        lowercase=True,
+        strip_accents=True,
+        oov_token=UNK,
+        dtype="int32",
+    )
+
+
+def encode(tokenizer, texts: Sequence[str], batch_size: int = 2048, progress: bool = False):
+    """Token ids ``(len(texts), sequence_length)`` as a NumPy int32 array."""
+    import numpy as np
+
+    limit = tokenizer.sequence_length * CHARS_PER_TOKEN_LIMIT
+    cleaned = [clean_text(t, limit) for t in texts]
+    batches = range(0, len(cleaned), batch_size)
+    if progress:
+        from tqdm import tqdm
+
+        batches = tqdm(batches, desc="tokenizing", unit="batch", leave=False)
+    parts = [np.asarray(tokenizer(cleaned[i:i + batch_size]), dtype="int32") for i in batches]
+    if not parts:
+        return np.zeros((0, tokenizer.sequence_length), dtype="int32")
+    return np.concatenate(parts)
