@@ -10,7 +10,7 @@ import keras
 from keras import ops
 from keras_hub.layers import CachedMultiHeadAttention
 
-from kformer.layers.masks import attention_mask
+from kformer.layers.masks import attention_mask, drop_keras_mask
 from kformer.layers.residual import ResidualBlock
 
 
@@ -41,8 +41,10 @@ class DecoderBlock(ResidualBlock):
         second: ``(y, cache)`` or ``(y, cache, self_scores, cross_scores)``.
     """
 
-    def __init__(self, dim, heads, ff_dim, dropout=0.1, norm_first=False, **kwargs):
-        super().__init__(dim, heads, ff_dim, dropout=dropout, norm_first=norm_first, **kwargs)
+    def __init__(self, dim, heads, ff_dim, dropout=0.1, norm_first=False, attention_dropout=0.0, **kwargs):
+        super().__init__(
+            dim, heads, ff_dim, dropout=dropout, norm_first=norm_first, attention_dropout=attention_dropout, **kwargs
+        )
         self.self_attention = self._attention("self_attention")
         self.self_attention_norm = self._norm("self_attention_norm")
         self.cross_attention = self._attention("cross_attention")
@@ -50,7 +52,7 @@ class DecoderBlock(ResidualBlock):
 
     def _attention(self, name):
         return CachedMultiHeadAttention(
-            num_heads=self.heads, key_dim=self.key_dim, dropout=self.dropout, dtype=self.dtype_policy, name=name
+            num_heads=self.heads, key_dim=self.key_dim, dropout=self.attention_dropout, dtype=self.dtype_policy, name=name
         )
 
     def build(self, x_shape, encoder_outputs_shape=None):
@@ -101,7 +103,7 @@ class DecoderBlock(ResidualBlock):
 
         def attend_self(h):
             nonlocal new_cache
-            h = _drop_keras_mask(h)
+            h = drop_keras_mask(h)
             result = self.self_attention(
                 h,
                 h,
@@ -120,8 +122,8 @@ class DecoderBlock(ResidualBlock):
             return output, None
 
         def attend_encoder(h):
-            h = _drop_keras_mask(h)
-            memory = h if encoder_outputs is None else _drop_keras_mask(encoder_outputs)
+            h = drop_keras_mask(h)
+            memory = h if encoder_outputs is None else drop_keras_mask(encoder_outputs)
             result = self.cross_attention(
                 h,
                 memory,
@@ -142,8 +144,3 @@ class DecoderBlock(ResidualBlock):
             outputs += (self_scores, cross_scores)
         return outputs[0] if len(outputs) == 1 else outputs
 
-
-def _drop_keras_mask(tensor):
-    """A copy without the Keras mask: the block passes masks explicitly, and the attention's
-    inner projections would otherwise warn that they "destroy the mask"."""
-    return ops.copy(tensor)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import keras
 
-from kformer.layers.masks import attention_mask
+from kformer.layers.masks import attention_mask, drop_keras_mask
 from kformer.layers.residual import ResidualBlock
 
 
@@ -16,7 +16,9 @@ class EncoderBlock(ResidualBlock):
         dim: model width; each of the ``heads`` heads has width ``dim // heads``.
         heads: attention heads.
         ff_dim: hidden width of the feed-forward network.
-        dropout: dropout after attention, inside and after the feed-forward network.
+        dropout: dropout on the attention and feed-forward outputs before each residual add.
+        attention_dropout: dropout on the attention weights (off by default: it costs a
+            ``(batch, heads, seq, seq)`` mask per step and the reference does without).
         norm_first: pre-norm instead of the reference's post-norm.
 
     Call:
@@ -26,12 +28,14 @@ class EncoderBlock(ResidualBlock):
         ``return_attention_scores=True`` returns ``(y, scores)``, scores ``(batch, heads, seq, seq)``.
     """
 
-    def __init__(self, dim, heads, ff_dim, dropout=0.1, norm_first=False, **kwargs):
-        super().__init__(dim, heads, ff_dim, dropout=dropout, norm_first=norm_first, **kwargs)
+    def __init__(self, dim, heads, ff_dim, dropout=0.1, norm_first=False, attention_dropout=0.0, **kwargs):
+        super().__init__(
+            dim, heads, ff_dim, dropout=dropout, norm_first=norm_first, attention_dropout=attention_dropout, **kwargs
+        )
         self.self_attention = keras.layers.MultiHeadAttention(
             num_heads=self.heads,
             key_dim=self.key_dim,
-            dropout=self.dropout,
+            dropout=self.attention_dropout,
             dtype=self.dtype_policy,
             name="self_attention",
         )
@@ -47,6 +51,7 @@ class EncoderBlock(ResidualBlock):
         keys_mask = attention_mask(key_mask=mask)
 
         def attend(h):
+            h = drop_keras_mask(h)
             # Asking for scores only when wanted lets Keras take its fused attention path.
             result = self.self_attention(
                 h, h, attention_mask=keys_mask, return_attention_scores=return_attention_scores, training=training

@@ -54,3 +54,13 @@ def attention_mask(query_mask=None, key_mask=None, causal=False, query_length=No
         triangle = ops.expand_dims(causal_mask(query_length, key_length, offset), 0)
         merged = triangle if merged is None else ops.logical_and(merged, triangle)
     return merged
+
+
+def drop_keras_mask(tensor):
+    """A copy of ``tensor`` without the Keras mask it may carry.
+
+    Blocks pass merged masks to attention explicitly; handing the attention layer a tensor that
+    still carries a mask makes it build a second, full ``(batch, queries, keys)`` mask and makes
+    its inner projections warn that they "destroy the mask".
+    """
+    return ops.copy(tensor)

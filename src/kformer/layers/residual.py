@@ -12,7 +12,7 @@ class ResidualBlock(keras.layers.Layer):
     Pre-norm (``norm_first=True``, steadier for deep stacks): ``x = x + dropout(f(norm(x)))``.
     """
 
-    def __init__(self, dim, heads, ff_dim, dropout=0.1, norm_first=False, **kwargs):
+    def __init__(self, dim, heads, ff_dim, dropout=0.1, norm_first=False, attention_dropout=0.0, **kwargs):
         super().__init__(**kwargs)
         if dim % heads:
             raise ValueError(f"dim ({dim}) must be divisible by heads ({heads})")
@@ -21,6 +21,7 @@ class ResidualBlock(keras.layers.Layer):
         self.ff_dim = int(ff_dim)
         self.dropout = float(dropout)
         self.norm_first = bool(norm_first)
+        self.attention_dropout = float(attention_dropout)
         self.key_dim = self.dim // self.heads
         self.supports_masking = True
         self.ff_hidden = keras.layers.Dense(self.ff_dim, activation="relu", dtype=self.dtype_policy, name="ff_hidden")
@@ -47,7 +48,7 @@ class ResidualBlock(keras.layers.Layer):
     def _feed_forward(self, x, training):
         x, _ = self._residual(
             x,
-            lambda h: (self.ff_output(self.dropout_layer(self.ff_hidden(h), training=training)), None),
+            lambda h: (self.ff_output(self.ff_hidden(h)), None),
             self.ff_norm,
             training,
         )
@@ -68,6 +69,7 @@ class ResidualBlock(keras.layers.Layer):
                 "ff_dim": self.ff_dim,
                 "dropout": self.dropout,
                 "norm_first": self.norm_first,
+                "attention_dropout": self.attention_dropout,
             }
         )
         return config

@@ -1,0 +1,145 @@
+"""Side-by-side benchmark harness: run a baseline and kformer in one run, report medians and ratios.
+
+These machines are noisy, so an absolute number means little; what a benchmark reports is the
+ratio of kformer to the baseline measured in the same process tree, minutes apart.
+
+    from bench.harness import Timer, median_of, record_results
+    with Timer() as timer:
+        train()
+    record_results("IMDB", rows=[{"system": "TF-IDF+LR", "accuracy": 0.906}, {...}],
+                   baseline="TF-IDF+LR", ratio_keys=["accuracy"])
+
+``record_results`` prints the table and appends it to BENCHMARKS.md with the exact command,
+the date, the machine and the library versions.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS_FILE = ROOT / "BENCHMARKS.md"
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+class Timer:
+    """``with Timer() as t: ...`` then ``t.seconds`` (wall clock, perf_counter)."""
+
+    def __enter__(self) -> Timer:
+        self.start = time.perf_counter()
+        self.seconds = 0.0
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.seconds = time.perf_counter() - self.start
+
+
+def median_of(measure: Callable[[], float], repeats: int = 3) -> tuple[float, list[float]]:
+    """Call ``measure`` ``repeats`` times; return ``(median, all values)``."""
+    values = [float(measure()) for _ in range(repeats)]
+    return statistics.median(values), values
+
+
+def interleaved_medians(measures: dict[str, Callable[[], float]], repeats: int = 3) -> dict[str, list[float]]:
+    """Run each named measure ``repeats`` times, alternating between them (A B A B ...), so a slow
+    minute on a shared machine hurts every system alike. Returns all values by name."""
+    values: dict[str, list[float]] = {name: [] for name in measures}
+    for _ in range(repeats):
+        for name, measure in measures.items():
+            values[name].append(float(measure()))
+    return values
+
+
+def require_shared_data(*relative: str) -> Path:
+    """The path under ../shared/data, or exit with a one-line message when it is absent."""
+    path = SHARED_DATA.joinpath(*relative)
+    if not path.exists():
+        sys.exit(f"benchmark data not found: {path} (see ../shared/data/README.md)")
+    return path
+
+
+def machine_summary() -> str:
+    import keras
+
+    versions = [f"keras {keras.__version__}", f"backend {keras.backend.backend()}"]
+    try:
+        import tensorflow as tf
+
+        versions.append(f"tensorflow {tf.__version__}")
+    except ImportError:
+        pass
+    return f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, " + ", ".join(versions)
+
+
+def _format(value) -> str:
+    if isinstance(value, float):
+        if value == 0 or abs(value) >= 100:
+            return f"{value:,.0f}"
+        if abs(value) >= 1:
+            return f"{value:.2f}"
+        return f"{value:.4f}"
+    return str(value)
+
+
+def results_table(rows: Sequence[dict], baseline: str | None = None, ratio_keys: Sequence[str] = ()) -> str:
+    """A markdown table of ``rows`` (dicts with a ``system`` key); for each of ``ratio_keys`` a
+    column ``key ÷ baseline`` dividing each row's value by the baseline row's."""
+    rows = [dict(row) for row in rows]
+    base = next((row for row in rows if row.get("system") == baseline), None) if baseline else None
+    if base is not None:
+        for key in ratio_keys:
+            for row in rows:
+                if isinstance(row.get(key), int | float) and base.get(key):
+                    row[f"{key} ÷ baseline"] = f"{row[key] / base[key]:.2f}×"
+    columns: list[str] = []
+    for row in rows:
+        columns += [key for key in row if key not in columns]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_format(row.get(key, "")) for key in columns) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def record_results(
+    title: str,
+    rows: Sequence[dict],
+    notes: str = "",
+    baseline: str | None = None,
+    ratio_keys: Sequence[str] = (),
+    command: str | None = None,
+) -> str:
+    """Print the results table and append it, with the command that made it, to BENCHMARKS.md."""
+    command = command or "python -m " + shlex.join([_module_name(), *sys.argv[1:]])
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    section = [
+        f"## {title}",
+        "",
+        f"`{command}` — {stamp}; {machine_summary()}",
+        "",
+        results_table(rows, baseline, ratio_keys),
+        "",
+    ]
+    if notes:
+        section += [notes.strip(), ""]
+    text = "\n".join(section) + "\n"
+    print(text)
+    if not BENCHMARKS_FILE.exists():
+        BENCHMARKS_FILE.write_text("# Benchmarks\n\nEach section was appended by the script named in it.\n\n", encoding="utf-8")
+    with BENCHMARKS_FILE.open("a", encoding="utf-8") as handle:
+        handle.write(text)
+    return text
+
+
+def _module_name() -> str:
+    main = Path(sys.argv[0]).resolve()
+    try:
+        return ".".join(main.relative_to(ROOT).with_suffix("").parts)
+    except ValueError:
+        return str(main)
