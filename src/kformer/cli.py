@@ -125,6 +125,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _silence_native_stderr() -> None:
+    """Send C++ log lines (TensorFlow/XLA start-up notices such as "Could not find cuda drivers")
+    to /dev/null while Python's own stderr (warnings, errors) keeps the terminal.
+
+    TF_CPP_MIN_LOG_LEVEL no longer silences them: they are written before logging is set up.
+    KFORMER_DEBUG=1 keeps them.
+    """
+    if os.environ.get("KFORMER_DEBUG"):
+        return
+    try:
+        sys.stderr.flush()
+        python_stderr = os.dup(2)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+        sys.stderr = os.fdopen(python_stderr, "w", buffering=1, encoding="utf-8", errors="replace")
+    except (OSError, ValueError):  # no real file descriptor 2 (embedded use): leave it be
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -132,6 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help()
         return 0
+    _silence_native_stderr()
     try:
         return int(handler(args) or 0)
     except KformerError as exc:
