@@ -1,5 +1,3 @@
-import sys
+from kformer.cli import run
 
-from kformer.cli import main
-
-sys.exit(main())
+run()

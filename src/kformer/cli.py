@@ -152,7 +152,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help()
         return 0
-    _silence_native_stderr()
     try:
         return int(handler(args) or 0)
     except KformerError as exc:
@@ -173,5 +172,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """Entry point of the ``kformer`` command and ``python -m kformer``."""
+    _silence_native_stderr()
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()
