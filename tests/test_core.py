@@ -1,0 +1,123 @@
+"""The package basics: the command answers, artefacts are written atomically and load safely."""
+
+import argparse
+import gzip
+import json
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+import kformer
+from kformer import artifacts
+from kformer.cli import build_parser, main
+from kformer.data.io import read_text_lines
+from kformer.errors import KformerError
+from kformer.layers import EncoderBlock, TokenAndPositionEmbedding
+
+
+def run_kformer(*args, **kwargs):
+    return subprocess.run([sys.executable, "-m", "kformer", *args], capture_output=True, text=True, timeout=120, **kwargs)
+
+
+def test_version_and_help_answer_in_a_new_process():
+    version = run_kformer("--version")
+    assert version.returncode == 0
+    assert version.stdout.strip() == f"kformer {kformer.__version__}"
+    helped = run_kformer("--help")
+    assert helped.returncode == 0
+    for command in ("train", "evaluate", "attention"):
+        assert command in helped.stdout
+    assert "Traceback" not in helped.stderr
+
+
+def test_every_option_and_argument_has_help_text():
+    def undocumented(parser):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    yield from undocumented(sub)
+            elif not action.help:
+                yield f"{parser.prog} {action.dest}"
+
+    assert list(undocumented(build_parser())) == []
+
+
+def test_not_a_model_folder_is_a_one_line_error(tmp_path):
+    result = run_kformer("evaluate", str(tmp_path), "--data", "x.csv")
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0
+    assert "not a kformer model folder" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_main_reports_kformer_errors_without_traceback(tmp_path, capsys):
+    assert main(["attention", str(tmp_path / "missing"), "1+1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kformer: error: ") and "Traceback" not in err
+
+
+def test_write_json_atomic_leaves_no_temporary_files(tmp_path):
+    target = tmp_path / "out" / "metrics.json"
+    artifacts.write_json_atomic(target, {"accuracy": np.float32(0.5), "n": np.int64(3)})
+    assert json.loads(target.read_text()) == {"accuracy": 0.5, "n": 3}
+    assert [p.name for p in target.parent.iterdir()] == ["metrics.json"]
+
+
+def test_staged_folder_replaces_only_on_success(tmp_path):
+    final = tmp_path / "model"
+    with artifacts.staged_folder(final) as staging:
+        (staging / "a.txt").write_text("first")
+    assert (final / "a.txt").read_text() == "first"
+    with pytest.raises(RuntimeError), artifacts.staged_folder(final) as staging:
+        (staging / "a.txt").write_text("half-written")
+        raise RuntimeError("crash while writing")
+    assert (final / "a.txt").read_text() == "first"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_read_manifest_errors(tmp_path):
+    with pytest.raises(KformerError, match="not a kformer model folder"):
+        artifacts.read_manifest(tmp_path)
+    (tmp_path / artifacts.MANIFEST_NAME).write_text("{broken")
+    with pytest.raises(KformerError, match="corrupt"):
+        artifacts.read_manifest(tmp_path)
+
+
+def test_keras_model_round_trip_and_corrupt_file(tmp_path):
+    ids = keras.Input(shape=(None,), dtype="int32")
+    model = keras.Model(ids, EncoderBlock(8, 2, 16)(TokenAndPositionEmbedding(20, 6, 8)(ids)))
+    path = tmp_path / "model.keras"
+    artifacts.save_keras_atomic(model, path)
+    loaded = artifacts.load_keras_model(path)
+    sample = np.array([[3, 4, 0]])
+    np.testing.assert_allclose(np.asarray(loaded(sample)), np.asarray(model(sample)), atol=1e-6)
+    corrupt = tmp_path / "corrupt.keras"
+    corrupt.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(KformerError, match="corrupt"):
+        artifacts.load_keras_model(corrupt)
+
+
+def test_read_text_lines_names_the_undecodable_line(tmp_path):
+    path = tmp_path / "bad.tsv"
+    path.write_bytes("ok\tfine\n".encode() + b"bad \xff byte\n")
+    with pytest.raises(KformerError, match="line 2 is not valid UTF-8"):
+        list(read_text_lines(path))
+
+
+def test_read_text_lines_reads_gzip_and_drops_bom(tmp_path):
+    path = tmp_path / "pairs.tsv.gz"
+    with gzip.open(path, "wb") as handle:
+        handle.write("\ufeffhello\tவணக்கம்\r\nbye\tபோ\n".encode())
+    assert list(read_text_lines(path)) == [(1, "hello\tவணக்கம்"), (2, "bye\tபோ")]
+
+
+@pytest.mark.parametrize("content", [None, b""])
+def test_missing_or_empty_file(tmp_path, content):
+    path = tmp_path / "data.csv"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(KformerError, match="does not exist|is empty"):
+        list(read_text_lines(path))
