@@ -102,7 +102,7 @@ def test_keras_model_round_trip_and_corrupt_file(tmp_path):
 
 def test_read_text_lines_names_the_undecodable_line(tmp_path):
     path = tmp_path / "bad.tsv"
-    path.write_bytes("ok\tfine\n".encode() + b"bad \xff byte\n")
+    path.write_bytes(b"ok\tfine\n" + b"bad \xff byte\n")
     with pytest.raises(KformerError, match="line 2 is not valid UTF-8"):
         list(read_text_lines(path))
 
