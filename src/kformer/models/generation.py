@@ -1,0 +1,215 @@
+"""Greedy and beam-search decoding for :class:`~kformer.models.seq2seq.Seq2SeqTransformer`.
+
+Both decode incrementally by default: the encoder runs once, each decoder block's cross-attention
+keys/values are computed once, and decoder self-attention keeps a key/value cache, so every step
+processes one new token. ``use_cache=False`` recomputes the whole model on the whole prefix at
+every step (the textbook translate loop); it exists to check the cache and to measure the gain.
+
+Outputs follow one contract: int array ``(batch, <= max_length)`` of generated ids (no START),
+each row ending with END (unless it hit ``max_length``) and padded with PAD after it.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import keras
+import numpy as np
+from keras import ops
+
+from kformer.errors import KformerError
+from kformer.text.specials import END_ID, PAD_ID, START_ID
+
+# Ids a decoder may never emit.
+_FORBIDDEN = (PAD_ID, START_ID)
+_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def greedy_decode(model, source_ids, max_length, use_cache=True, stop_at_end=True):
+    """Pick the most likely next token at every step.
+
+    Args:
+        model: a ``Seq2SeqTransformer``.
+        source_ids: ``(batch, S)`` int (padded with 0).
+        max_length: most tokens to generate per row (END included).
+        use_cache: incremental decoding (default) or full recomputation per step.
+        stop_at_end: stop once every row has produced END; ``False`` always runs ``max_length``
+            steps (for timing).
+
+    Returns:
+        int32 ``(batch, <= max_length)``.
+    """
+    source = _as_ids(source_ids)
+    max_length = _check_length(model, max_length)
+    stepper = (_CachedStepper if use_cache else _FullStepper)(model, source, max_length)
+    batch = source.shape[0]
+    tokens = np.full((batch, 1), START_ID, dtype="int32")
+    finished = np.zeros(batch, dtype=bool)
+    generated = []
+    for _ in range(max_length):
+        logits = stepper.next_logits(tokens)
+        logits[:, list(_FORBIDDEN)] = -np.inf
+        next_ids = np.argmax(logits, axis=-1).astype("int32")
+        next_ids = np.where(finished, PAD_ID, next_ids)
+        generated.append(next_ids)
+        finished |= next_ids == END_ID
+        if stop_at_end and finished.all():
+            break
+        tokens = next_ids[:, None]
+    return _trim(np.stack(generated, axis=1))
+
+
+def beam_search(model, source_ids, max_length, beam_width=4, length_penalty=0.6, use_cache=True):
+    """Keep the ``beam_width`` best prefixes per example; return the best finished sequence.
+
+    Prefixes are ranked by total log-probability while searching; at the end each example's
+    candidates are ranked by ``log_prob / ((5 + length) / 6) ** length_penalty`` (Wu et al.
+    2016; ``length`` counts generated tokens including END; 0 = no length normalisation).
+    Finished candidates stay in the beam with their score frozen.
+
+    Returns:
+        int32 ``(batch, <= max_length)``, same contract as :func:`greedy_decode`.
+    """
+    if int(beam_width) < 1:
+        raise KformerError(f"beam width must be at least 1, not {beam_width}")
+    source = _as_ids(source_ids)
+    max_length = _check_length(model, max_length)
+    batch, width = source.shape[0], int(beam_width)
+    stepper = (_CachedStepper if use_cache else _FullStepper)(model, np.repeat(source, width, axis=0), max_length)
+    scores = np.full((batch, width), -np.inf)
+    scores[:, 0] = 0.0
+    sequences = np.zeros((batch, width, 0), dtype="int32")
+    finished = np.zeros((batch, width), dtype=bool)
+    lengths = np.zeros((batch, width), dtype="int64")
+    tokens = np.full((batch * width, 1), START_ID, dtype="int32")
+    rows = np.arange(batch)[:, None]
+    for _ in range(max_length):
+        logits = stepper.next_logits(tokens).astype("float64")
+        log_probs = logits - _logsumexp(logits)
+        log_probs[:, list(_FORBIDDEN)] = -np.inf
+        log_probs = log_probs.reshape(batch, width, -1)
+        # A finished candidate may only continue with PAD, at no cost.
+        log_probs[finished] = -np.inf
+        log_probs[finished, PAD_ID] = 0.0
+        vocab = log_probs.shape[-1]
+        candidates = (scores[..., None] + log_probs).reshape(batch, width * vocab)
+        best = np.argsort(-candidates, axis=-1, kind="stable")[:, :width]
+        parents, next_ids = best // vocab, (best % vocab).astype("int32")
+        scores = np.take_along_axis(candidates, best, axis=-1)
+        sequences = np.concatenate([sequences[rows, parents], next_ids[..., None]], axis=-1)
+        was_finished = finished[rows, parents]
+        lengths = lengths[rows, parents] + (~was_finished)
+        finished = was_finished | (next_ids == END_ID)
+        stepper.reorder((rows * width + parents).reshape(-1))
+        if finished.all():
+            break
+        tokens = next_ids.reshape(-1, 1)
+    penalty = ((5.0 + np.maximum(lengths, 1)) / 6.0) ** float(length_penalty)
+    choice = np.argmax(scores / penalty, axis=-1)
+    return _trim(sequences[np.arange(batch), choice])
+
+
+def strip_special(ids) -> list[int]:
+    """One generated row -> its token ids up to (not including) END, without PAD/START."""
+    out = []
+    for token in np.asarray(ids).tolist():
+        if token == END_ID:
+            break
+        if token not in (PAD_ID, START_ID):
+            out.append(int(token))
+    return out
+
+
+# --- steppers: "give me the logits of the next position" with or without caches ---------------
+
+
+class _CachedStepper:
+    """Encoder and cross-attention keys/values once; one token per step through the caches."""
+
+    def __init__(self, model, source, max_length):
+        compiled = _compiled(model)
+        encoder_outputs, self.source_mask = compiled["encode"](ops.convert_to_tensor(source))
+        self.cross_caches = compiled["cross_caches"](encoder_outputs)
+        self.self_caches = model.empty_self_attention_caches(source.shape[0], max_length)
+        self.step = compiled["step"]
+        self.index = 0
+
+    def next_logits(self, tokens):
+        logits, self.self_caches = self.step(
+            ops.convert_to_tensor(tokens), ops.convert_to_tensor(self.index, "int32"),
+            self.self_caches, self.cross_caches, self.source_mask,
+        )
+        self.index += 1
+        return np.array(ops.convert_to_numpy(logits), dtype="float32")
+
+    def reorder(self, rows):
+        # Rows only move within one example's beam, so cross caches and masks stay as they are.
+        rows = ops.convert_to_tensor(rows, "int32")
+        self.self_caches = [ops.take(cache, rows, axis=0) for cache in self.self_caches]
+
+
+class _FullStepper:
+    """Run the whole model on the whole prefix at every step (no caches at all)."""
+
+    def __init__(self, model, source, max_length):
+        self.forward = _compiled(model)["forward"]
+        self.source = ops.convert_to_tensor(source)
+        self.prefix = np.zeros((source.shape[0], 0), dtype="int32")
+
+    def next_logits(self, tokens):
+        self.prefix = np.concatenate([self.prefix, tokens], axis=1)
+        logits = self.forward(self.source, ops.convert_to_tensor(self.prefix))
+        return np.array(ops.convert_to_numpy(logits), dtype="float32")
+
+    def reorder(self, rows):
+        self.prefix = self.prefix[rows]
+
+
+def _compiled(model) -> dict:
+    """Graph-compiled encode / step / forward functions for ``model`` (built once per model)."""
+    functions = _COMPILED.get(model)
+    if functions is None:
+        functions = {
+            "encode": lambda source: model.encode(source, training=False),
+            "cross_caches": model.cross_attention_caches,
+            "step": model.decode_step,
+            "forward": lambda source, prefix: model({"source": source, "target_in": prefix}, training=False)[:, -1, :],
+        }
+        if keras.backend.backend() == "tensorflow":
+            import tensorflow as tf  # generation plumbing only; the model itself is keras.ops
+
+            functions = {name: tf.function(fn, reduce_retracing=True) for name, fn in functions.items()}
+        _COMPILED[model] = functions
+    return functions
+
+
+def _as_ids(source_ids) -> np.ndarray:
+    source = np.asarray(source_ids)
+    if source.ndim != 2 or source.shape[0] == 0:
+        raise KformerError(f"source ids must be a non-empty (batch, length) array, got shape {source.shape}")
+    return source.astype("int32")
+
+
+def _check_length(model, max_length) -> int:
+    max_length = int(max_length)
+    if not 1 <= max_length <= model.max_target_length:
+        raise KformerError(
+            f"max length {max_length} is outside 1..{model.max_target_length} (the model's max_target_length)"
+        )
+    return max_length
+
+
+def _logsumexp(x):
+    top = x.max(axis=-1, keepdims=True)
+    return top + np.log(np.exp(x - top).sum(axis=-1, keepdims=True))
+
+
+def _trim(generated: np.ndarray) -> np.ndarray:
+    """Pad after the first END and drop columns that are padding in every row."""
+    generated = generated.astype("int32")
+    ended = np.cumsum(generated == END_ID, axis=-1)
+    after_end = (ended - (generated == END_ID)) > 0
+    generated = np.where(after_end, PAD_ID, generated)
+    used = (generated != PAD_ID).any(axis=0)
+    width = int(np.nonzero(used)[0].max()) + 1 if used.any() else 1
+    return generated[:, :width]

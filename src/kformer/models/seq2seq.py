@@ -1,0 +1,277 @@
+"""The encoder-decoder Transformer: source ids in, next-target-token logits out.
+
+Teacher forcing: the decoder reads ``target_in = [START] + target`` and is trained to predict
+``target_out = target + [END]`` (both padded with id 0, which the loss and accuracy in
+``kformer.metrics`` ignore). Generation (``kformer.models.generation``) uses :meth:`encode`,
+:meth:`cross_attention_caches`, :meth:`empty_self_attention_caches` and :meth:`decode_step` to
+decode one token at a time with key/value caches.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from kformer.layers import DecoderBlock, EncoderBlock, TokenAndPositionEmbedding, padding_mask
+from kformer.metrics import MaskedAccuracy, MaskedSparseCategoricalCrossentropy
+
+
+@keras.saving.register_keras_serializable(package="kformer")
+class Seq2SeqTransformer(keras.Model):
+    """Encoder-decoder Transformer (Vaswani et al. 2017) for ``(batch, S)`` -> ``(batch, T)`` ids.
+
+    Args:
+        source_vocab_size, target_vocab_size: vocabulary sizes (id 0 = padding in both).
+        max_source_length: longest source the position table covers.
+        max_target_length: longest ``target_in`` (``[START] + target``) and so the longest
+            generated sequence.
+        dim, heads, ff_dim: model width, attention heads, feed-forward width.
+        encoder_layers, decoder_layers: number of blocks.
+        dropout: dropout rate in every block.
+        positions: ``"learned"`` or ``"sinusoidal"`` position embeddings.
+        tie_embeddings: reuse the target token embedding as the output projection (plus a bias).
+        norm_first: pre-norm blocks (then a final layer norm closes each stack).
+
+    Call:
+        ``model({"source": (batch, S) int, "target_in": (batch, T) int})`` -> logits
+        ``(batch, T, target_vocab_size)``.
+    """
+
+    def __init__(
+        self,
+        source_vocab_size,
+        target_vocab_size,
+        max_source_length,
+        max_target_length,
+        dim=128,
+        heads=4,
+        ff_dim=512,
+        encoder_layers=2,
+        decoder_layers=2,
+        dropout=0.1,
+        positions="learned",
+        tie_embeddings=False,
+        norm_first=False,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.source_vocab_size = int(source_vocab_size)
+        self.target_vocab_size = int(target_vocab_size)
+        self.max_source_length = int(max_source_length)
+        self.max_target_length = int(max_target_length)
+        self.dim = int(dim)
+        self.heads = int(heads)
+        self.ff_dim = int(ff_dim)
+        self.encoder_layers = int(encoder_layers)
+        self.decoder_layers = int(decoder_layers)
+        self.dropout = float(dropout)
+        self.positions = positions
+        self.tie_embeddings = bool(tie_embeddings)
+        self.norm_first = bool(norm_first)
+
+        block_args = dict(dim=self.dim, heads=self.heads, ff_dim=self.ff_dim, dropout=self.dropout, norm_first=self.norm_first)
+        self.source_embedding = TokenAndPositionEmbedding(
+            self.source_vocab_size, self.max_source_length, self.dim, positions=positions, name="source_embedding"
+        )
+        self.target_embedding = TokenAndPositionEmbedding(
+            self.target_vocab_size, self.max_target_length, self.dim, positions=positions, name="target_embedding"
+        )
+        self.embedding_dropout = keras.layers.Dropout(self.dropout, name="embedding_dropout")
+        self.encoder_blocks = [EncoderBlock(**block_args, name=f"encoder_{i}") for i in range(self.encoder_layers)]
+        self.decoder_blocks = [DecoderBlock(**block_args, name=f"decoder_{i}") for i in range(self.decoder_layers)]
+        if self.norm_first:
+            self.encoder_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="encoder_norm")
+            self.decoder_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="decoder_norm")
+        else:
+            self.encoder_norm = self.decoder_norm = None
+        if self.tie_embeddings:
+            self.output_projection = None
+        else:
+            self.output_projection = keras.layers.Dense(self.target_vocab_size, name="output_projection")
+        # Built at once (like KerasHub backbones): weights exist before the first call or a save.
+        self.build()
+
+    # --- building -------------------------------------------------------------------------
+
+    def build(self, input_shape=None):
+        if self.built:
+            return
+        if self.tie_embeddings:
+            self.output_bias = self.add_weight(shape=(self.target_vocab_size,), initializer="zeros", name="output_bias")
+        # Run once on a dummy batch so every sub-layer creates its weights.
+        dummy = ops.ones((1, 1), dtype="int32")
+        self._forward(dummy, dummy, training=False)
+        self.built = True
+
+    # --- full forward pass (training, scoring, full-recompute decoding) --------------------
+
+    def call(self, inputs, training=None):
+        return self._forward(inputs["source"], inputs["target_in"], training=training)
+
+    def _forward(self, source_ids, target_in, training=None):
+        encoder_outputs, source_mask = self.encode(source_ids, training=training)
+        return self.decode(target_in, encoder_outputs, source_mask, training=training)
+
+    def encode(self, source_ids, training=None):
+        """``(batch, S)`` ids -> ``(encoder_outputs (batch, S, dim), source_mask (batch, S) bool)``."""
+        source_ids = ops.cast(source_ids, "int32")
+        source_mask = padding_mask(source_ids)
+        x = self.embedding_dropout(self.source_embedding(source_ids), training=training)
+        for block in self.encoder_blocks:
+            x = block(x, mask=source_mask, training=training)
+        if self.encoder_norm is not None:
+            x = self.encoder_norm(x)
+        return x, source_mask
+
+    def decode(self, target_in, encoder_outputs, source_mask, training=None):
+        """Teacher-forced decoder: ``target_in (batch, T)`` -> logits ``(batch, T, target_vocab)``."""
+        target_in = ops.cast(target_in, "int32")
+        target_mask = padding_mask(target_in)
+        x = self.embedding_dropout(self.target_embedding(target_in), training=training)
+        for block in self.decoder_blocks:
+            x = block(x, encoder_outputs, decoder_mask=target_mask, encoder_mask=source_mask, training=training)
+        return self._logits(x)
+
+    def _logits(self, x):
+        if self.decoder_norm is not None:
+            x = self.decoder_norm(x)
+        if self.output_projection is not None:
+            return self.output_projection(x)
+        table = self.target_embedding.token_embedding.embeddings
+        return ops.matmul(x, ops.transpose(ops.cast(table, x.dtype))) + ops.cast(self.output_bias, x.dtype)
+
+    # --- incremental decoding -------------------------------------------------------------
+
+    def cross_attention_caches(self, encoder_outputs):
+        """The encoder's keys/values for every decoder block, computed once per generation.
+
+        Returns a list (one per decoder block) of ``(batch, 2, S, heads, dim // heads)``.
+        """
+        return [block.cross_attention_cache(encoder_outputs) for block in self.decoder_blocks]
+
+    def empty_self_attention_caches(self, batch_size, max_length):
+        """Zero key/value caches, one ``(batch, 2, max_length, heads, dim // heads)`` per block."""
+        return [block.empty_self_attention_cache(batch_size, max_length) for block in self.decoder_blocks]
+
+    def decode_step(self, token_ids, index, self_caches, cross_caches, source_mask):
+        """Decode one position from the caches.
+
+        Args:
+            token_ids: ``(batch, 1)`` int, the token at position ``index`` of ``target_in``.
+            index: int (or scalar int tensor), that position.
+            self_caches: list of per-block self-attention caches (see
+                :meth:`empty_self_attention_caches`); positions ``< index`` are filled.
+            cross_caches: list from :meth:`cross_attention_caches`.
+            source_mask: ``(batch, S)`` bool from :meth:`encode`.
+
+        Returns:
+            ``(logits (batch, target_vocab), new_self_caches)``; the new caches hold this
+            position's keys/values too.
+        """
+        token_ids = ops.cast(token_ids, "int32")
+        x = self.target_embedding(token_ids, start_index=index)
+        new_caches = []
+        for block, self_cache, cross_cache in zip(self.decoder_blocks, self_caches, cross_caches, strict=True):
+            x, self_cache = block(
+                x,
+                None,
+                encoder_mask=source_mask,
+                self_attention_cache=self_cache,
+                cache_update_index=index,
+                cross_attention_cache=cross_cache,
+                training=False,
+            )
+            new_caches.append(self_cache)
+        return self._logits(x)[:, 0, :], new_caches
+
+    # --- attention maps -------------------------------------------------------------------
+
+    def attention_maps(self, source_ids, target_in):
+        """Attention weights of every layer and head for one batch (inference mode).
+
+        Args:
+            source_ids: ``(batch, S)`` int; target_in: ``(batch, T)`` int.
+
+        Returns:
+            dict of numpy arrays ``(batch, layers, heads, Lq, Lk)``: ``"encoder"`` (S x S),
+            ``"decoder_self"`` (T x T) and ``"cross"`` (T x S).
+        """
+        source_ids = ops.cast(ops.convert_to_tensor(source_ids), "int32")
+        target_in = ops.cast(ops.convert_to_tensor(target_in), "int32")
+        source_mask = padding_mask(source_ids)
+        x = self.source_embedding(source_ids)
+        encoder_maps = []
+        for block in self.encoder_blocks:
+            x, scores = block(x, mask=source_mask, return_attention_scores=True, training=False)
+            encoder_maps.append(scores)
+        if self.encoder_norm is not None:
+            x = self.encoder_norm(x)
+        y = self.target_embedding(target_in)
+        self_maps, cross_maps = [], []
+        for block in self.decoder_blocks:
+            y, self_scores, cross_scores = block(
+                y,
+                x,
+                decoder_mask=padding_mask(target_in),
+                encoder_mask=source_mask,
+                return_attention_scores=True,
+                training=False,
+            )
+            self_maps.append(self_scores)
+            cross_maps.append(cross_scores)
+
+        def stack(maps):
+            return ops.convert_to_numpy(ops.stack(maps, axis=1))
+
+        return {"encoder": stack(encoder_maps), "decoder_self": stack(self_maps), "cross": stack(cross_maps)}
+
+    # --- serialization --------------------------------------------------------------------
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "source_vocab_size": self.source_vocab_size,
+            "target_vocab_size": self.target_vocab_size,
+            "max_source_length": self.max_source_length,
+            "max_target_length": self.max_target_length,
+            "dim": self.dim,
+            "heads": self.heads,
+            "ff_dim": self.ff_dim,
+            "encoder_layers": self.encoder_layers,
+            "decoder_layers": self.decoder_layers,
+            "dropout": self.dropout,
+            "positions": self.positions,
+            "tie_embeddings": self.tie_embeddings,
+            "norm_first": self.norm_first,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
+def compile_seq2seq(
+    model, learning_rate, warmup_steps, total_steps, label_smoothing=0.0, weight_decay=0.0, clipnorm=1.0, jit_compile=False
+):
+    """Compile ``model`` for teacher-forced training: Adam(W) with linear warmup + cosine decay,
+    masked cross-entropy (optional label smoothing) and masked token accuracy.
+
+    ``jit_compile`` defaults to False: on CPU, XLA's compile time (tens of seconds) outweighs its
+    per-step gain for models this small.
+    """
+    from kformer.training import WarmupDecay
+
+    schedule = WarmupDecay(learning_rate, warmup_steps, total_steps)
+    optimizer_args = dict(learning_rate=schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9, clipnorm=clipnorm)
+    if weight_decay:
+        optimizer = keras.optimizers.AdamW(weight_decay=weight_decay, **optimizer_args)
+    else:
+        optimizer = keras.optimizers.Adam(**optimizer_args)
+    model.compile(
+        optimizer=optimizer,
+        loss=MaskedSparseCategoricalCrossentropy(label_smoothing=label_smoothing),
+        metrics=[MaskedAccuracy(name="accuracy")],
+        jit_compile=jit_compile,
+    )
+    return model

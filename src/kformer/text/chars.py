@@ -1,0 +1,57 @@
+"""Character vocabularies: one token per character, the special tokens first."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from kformer.errors import KformerError
+from kformer.text.specials import END_ID, PAD_ID, SPECIAL_TOKENS, START_ID, UNK_ID
+
+
+class CharVocabulary:
+    """Maps characters to ids: ``[PAD], [UNK], [START], [END]`` get 0..3, then ``characters``.
+
+    Args:
+        characters: the characters of the vocabulary, each once, in id order.
+    """
+
+    def __init__(self, characters: str | Sequence[str]):
+        characters = list(characters)
+        if len(set(characters)) != len(characters) or any(len(c) != 1 for c in characters):
+            raise KformerError("a character vocabulary needs distinct single characters")
+        self.tokens: list[str] = [*SPECIAL_TOKENS, *characters]
+        self._ids = {c: i for i, c in enumerate(self.tokens)}
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def characters(self) -> str:
+        return "".join(self.tokens[len(SPECIAL_TOKENS):])
+
+    def encode(self, text: str, start: bool = False, end: bool = False) -> list[int]:
+        """Text -> ids (unknown characters -> ``[UNK]``), optionally wrapped in START/END."""
+        ids = [self._ids.get(c, UNK_ID) for c in text]
+        return ([START_ID] if start else []) + ids + ([END_ID] if end else [])
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Ids -> text, stopping at END and skipping PAD/START (UNK shows as ``?``)."""
+        out = []
+        for token in ids:
+            token = int(token)
+            if token == END_ID:
+                break
+            if token in (PAD_ID, START_ID):
+                continue
+            out.append("?" if token == UNK_ID or token >= len(self.tokens) else self.tokens[token])
+        return "".join(out)
+
+    def to_json(self) -> list[str]:
+        """The token list, specials included (what a model folder stores)."""
+        return list(self.tokens)
+
+    @classmethod
+    def from_json(cls, tokens: Sequence[str]) -> CharVocabulary:
+        if list(tokens[: len(SPECIAL_TOKENS)]) != list(SPECIAL_TOKENS):
+            raise KformerError("vocabulary does not start with the special tokens; the model folder is damaged")
+        return cls(tokens[len(SPECIAL_TOKENS):])

@@ -1,0 +1,76 @@
+"""Seq2SeqTransformer: shapes, masking, teacher-forced training, attention maps, .keras round trip."""
+
+import numpy as np
+import pytest
+
+from kformer.artifacts import load_keras_model, save_keras_atomic
+from kformer.models.generation import greedy_decode
+from kformer.models.seq2seq import Seq2SeqTransformer, compile_seq2seq
+
+
+def _model(**overrides):
+    import keras
+
+    keras.utils.set_random_seed(1)
+    settings = dict(dim=16, heads=2, ff_dim=32, encoder_layers=2, decoder_layers=2, dropout=0.0)
+    settings.update(overrides)
+    return Seq2SeqTransformer(13, 11, 10, 8, **settings)
+
+
+def _batch():
+    rng = np.random.default_rng(0)
+    source = rng.integers(4, 13, size=(3, 6)).astype("int32")
+    source[1, 4:] = 0
+    target_in = rng.integers(4, 11, size=(3, 5)).astype("int32")
+    target_in[:, 0] = 2
+    target_in[2, 3:] = 0
+    return source, target_in
+
+
+@pytest.mark.parametrize("options", [{}, {"tie_embeddings": True, "norm_first": True, "positions": "sinusoidal"}])
+def test_logits_shape_and_padding_does_not_leak(options):
+    model = _model(**options)
+    source, target_in = _batch()
+    logits = np.asarray(model({"source": source, "target_in": target_in}))
+    assert logits.shape == (3, 5, 11)
+    # Extra source padding, or different ids at padded source positions, change nothing.
+    padded = np.concatenate([source, np.zeros((3, 3), "int32")], axis=1)
+    again = np.asarray(model({"source": padded, "target_in": target_in}))
+    np.testing.assert_allclose(again, logits, atol=1e-5)
+    # Causality: changing a later target token leaves earlier positions' logits alone.
+    changed = target_in.copy()
+    changed[0, 3] = 7 if target_in[0, 3] != 7 else 8
+    later = np.asarray(model({"source": source, "target_in": changed}))
+    np.testing.assert_allclose(later[0, :3], logits[0, :3], atol=1e-5)
+    assert np.abs(later[0, 3:] - logits[0, 3:]).max() > 1e-4
+
+
+def test_attention_maps_shapes_and_masking():
+    model = _model()
+    source, target_in = _batch()
+    maps = model.attention_maps(source[1:2], target_in[1:2])
+    assert maps["encoder"].shape == (1, 2, 2, 6, 6)
+    assert maps["decoder_self"].shape == (1, 2, 2, 5, 5)
+    assert maps["cross"].shape == (1, 2, 2, 5, 6)
+    # Every real query's weights sum to 1 (padded source queries 4, 5 are never read).
+    np.testing.assert_allclose(maps["encoder"][..., :4, :].sum(-1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(maps["decoder_self"].sum(-1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(maps["cross"].sum(-1), 1.0, atol=1e-5)
+    # Row 1 has source padding at positions 4, 5: no weight there; decoder is causal.
+    assert np.abs(maps["encoder"][..., 4:]).max() < 1e-6
+    assert np.abs(maps["cross"][..., 4:]).max() < 1e-6
+    assert np.abs(np.triu(maps["decoder_self"][0, 0, 0], k=1)).max() < 1e-6
+
+
+def test_keras_round_trip_keeps_logits_and_decoded_tokens(tmp_path):
+    model = _model(tie_embeddings=True)
+    compile_seq2seq(model, learning_rate=1e-3, warmup_steps=5, total_steps=40, label_smoothing=0.1)
+    source, target_in = _batch()
+    path = tmp_path / "model.keras"
+    save_keras_atomic(model, path)
+    loaded = load_keras_model(path)
+    assert isinstance(loaded, Seq2SeqTransformer)
+    assert loaded.get_config() == model.get_config()
+    inputs = {"source": source, "target_in": target_in}
+    np.testing.assert_array_equal(np.asarray(loaded(inputs)), np.asarray(model(inputs)))
+    np.testing.assert_array_equal(greedy_decode(loaded, source, 7), greedy_decode(model, source, 7))
