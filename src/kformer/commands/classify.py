@@ -21,7 +21,8 @@ from kformer.errors import KformerError
 # Settings a recipe TOML may set (flat keys); command-line flags override them.
 DEFAULTS: dict[str, Any] = {
     "backbone": "scratch",  # scratch | bert-scratch | minilm | a preset folder
-    "tokenizer": "wordpiece",  # word | wordpiece (scratch backbones only)
+    "tokenizer": "word",  # word | wordpiece (scratch backbones only)
+    "truncation": "head",  # head | tail | head_tail (word tokenizer): which part of a long text to keep
     "vocab_size": 8000,
     "max_length": 128,
     "epochs": 10,
@@ -171,7 +172,7 @@ def _build(settings, labels, train_texts, state_dir: Path, resume: bool):
     from kformer.artifacts import write_json_atomic
     from kformer.models.classifier import build_encoder_classifier
     from kformer.models.pretrained import build_bert_classifier
-    from kformer.text.wordpiece import learn_vocabulary, load_vocabulary, save_vocabulary
+    from kformer.text.vocabulary import learn_vocabulary, load_vocabulary, save_vocabulary
 
     backbone = settings["backbone"]
     vocabulary = None
@@ -180,8 +181,7 @@ def _build(settings, labels, train_texts, state_dir: Path, resume: bool):
         if resume:
             vocabulary = load_vocabulary(vocab_path)
         else:
-            kind = settings["tokenizer"] if backbone == "scratch" else "wordpiece"
-            vocabulary = learn_vocabulary(train_texts, int(settings["vocab_size"]), kind)
+            vocabulary = learn_vocabulary(train_texts, int(settings["vocab_size"]), settings["tokenizer"])
             save_vocabulary(vocabulary, vocab_path)
     if not resume:
         write_json_atomic(state_dir / "state.json", {"labels": labels, "settings": settings})
@@ -258,7 +258,7 @@ def train_classifier(args: argparse.Namespace) -> dict:
 
     from kformer.artifacts import MANIFEST_NAME, save_keras_atomic, staged_folder, write_json_atomic
     from kformer.models.classifier import MODEL_FILE, Classifier
-    from kformer.text.wordpiece import (
+    from kformer.text.vocabulary import (
         VOCAB_FILE,
         clean_text,
         encode,
@@ -280,7 +280,9 @@ def train_classifier(args: argparse.Namespace) -> dict:
         model, vocabulary, kind = _build(settings, labels, train.texts, state_dir, args.resume)
         index = {label: i for i, label in enumerate(labels)}
         y_train, y_valid = _one_hot(train.labels, index), _one_hot(valid.labels, index)
-        tokenizer = make_tokenizer(vocabulary, int(settings["max_length"])) if kind == "encoder" else None
+        tokenizer = None
+        if kind == "encoder":
+            tokenizer = make_tokenizer(vocabulary, int(settings["max_length"]), settings["tokenizer"], settings["truncation"])
         if kind == "encoder":
             x_train = encode(tokenizer, train.texts, progress=not args.quiet)
             x_valid = encode(tokenizer, valid.texts)
@@ -325,6 +327,8 @@ def train_classifier(args: argparse.Namespace) -> dict:
             "vocab_file": VOCAB_FILE if vocabulary else None,
             "labels": labels,
             "max_length": int(settings["max_length"]),
+            "tokenizer": settings["tokenizer"],
+            "truncation": settings["truncation"],
             "text_column": args.text_column,
             "label_column": args.label_column,
             "recipe": settings,

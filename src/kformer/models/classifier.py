@@ -87,7 +87,7 @@ class Classifier:
 
     def features(self, texts: Sequence[str]):
         """Model inputs for a batch of raw texts."""
-        from kformer.text.wordpiece import CHARS_PER_TOKEN_LIMIT, clean_text, encode
+        from kformer.text.vocabulary import CHARS_PER_TOKEN_LIMIT, clean_text, encode
 
         if self.kind == "encoder":
             return encode(self.tokenizer, texts)
@@ -134,10 +134,12 @@ def load_classifier(model_dir: str | os.PathLike) -> Classifier:
     model = load_keras_model(model_dir / manifest.get("model_file", MODEL_FILE))
     tokenizer = None
     if kind == "encoder":
-        from kformer.text.wordpiece import VOCAB_FILE, load_vocabulary, make_tokenizer
+        from kformer.text.vocabulary import VOCAB_FILE, load_vocabulary, make_tokenizer
 
         vocabulary = load_vocabulary(model_dir / manifest.get("vocab_file", VOCAB_FILE))
-        tokenizer = make_tokenizer(vocabulary, int(manifest["max_length"]))
+        tokenizer = make_tokenizer(
+            vocabulary, int(manifest["max_length"]), manifest.get("tokenizer", "word"), manifest.get("truncation", "head")
+        )
     n_out = int(model.outputs[0].shape[-1])
     if n_out != len(labels):
         raise KformerError(f"{model_dir}: the model has {n_out} outputs but kformer.json names {len(labels)} labels")

@@ -1,18 +1,18 @@
 """Word and WordPiece vocabularies for classification, learned from training text only.
 
-Both kinds end up in a ``keras_hub.tokenizers.WordPieceTokenizer`` (lowercased, accents
-stripped, split on whitespace and punctuation): a *word* vocabulary simply has no ``##``
-continuation pieces, so a word outside it becomes ``[UNK]``. The vocabulary starts with
-kformer's special tokens (``[PAD]`` = 0, ...) followed by the BERT ones, so the same file also
-serves ``keras_hub.models.BertTokenizer``. It is saved as ``vocab.txt``, one token per line.
+A *word* vocabulary (the most frequent words) is used by :class:`kformer.text.words.WordTokenizer`;
+a *WordPiece* vocabulary (KerasHub's ``compute_word_piece_vocabulary``) by
+``keras_hub.tokenizers.WordPieceTokenizer``. Both split the same way (lowercased, accents
+stripped, words and punctuation), and both start with kformer's special tokens (``[PAD]`` = 0,
+...) followed by the BERT ones, so either file also serves ``keras_hub.models.BertTokenizer``
+(a word vocabulary has no ``##`` pieces, so BERT maps an unknown word to ``[UNK]``). The file is
+``vocab.txt``, one token per line.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import unicodedata
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,20 +28,12 @@ CHARS_PER_TOKEN_LIMIT = 16
 
 _HTML_BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
 _SPACES = re.compile(r"\s+")
-_WORD = re.compile(r"\w+|[^\w\s]")
 
 
 def clean_text(text: str, max_chars: int | None = None) -> str:
     """Turn HTML line breaks into spaces, collapse whitespace, cut to ``max_chars``."""
     text = _SPACES.sub(" ", _HTML_BREAK.sub(" ", text)).strip()
     return text[:max_chars] if max_chars else text
-
-
-def _basic_words(text: str) -> list[str]:
-    """Lowercased, accent-stripped words and punctuation, as the WordPiece tokenizer splits them."""
-    text = unicodedata.normalize("NFD", text.lower())
-    text = "".join(ch for ch in text if unicodedata.category(ch) != "Mn")
-    return _WORD.findall(text)
 
 
 def learn_vocabulary(texts: Sequence[str], size: int, kind: str = "wordpiece") -> list[str]:
@@ -56,7 +48,9 @@ def learn_vocabulary(texts: Sequence[str], size: int, kind: str = "wordpiece") -
     if size <= len(RESERVED_TOKENS) + 1:
         raise KformerError(f"vocabulary size {size} is too small; use at least {len(RESERVED_TOKENS) + 2}")
     if kind == "word":
-        counts = Counter(word for text in texts for word in _basic_words(text))
+        from kformer.text.words import count_words
+
+        counts = count_words(texts)
         words = [w for w, _ in counts.most_common(size - len(RESERVED_TOKENS)) if w not in RESERVED_TOKENS]
         return list(RESERVED_TOKENS) + words
     if kind != "wordpiece":
@@ -85,8 +79,16 @@ def load_vocabulary(path: str | os.PathLike) -> list[str]:
     return vocabulary
 
 
-def make_tokenizer(vocabulary: Sequence[str], max_length: int):
-    """A WordPiece tokenizer giving ``(batch, max_length)`` int ids, padded with 0, truncated."""
+def make_tokenizer(vocabulary: Sequence[str], max_length: int, kind: str = "word", truncation: str = "head"):
+    """A tokenizer giving ``(batch, max_length)`` int ids, padded with 0, truncated.
+
+    ``kind="word"``: :class:`~kformer.text.words.WordTokenizer` (fast, any ``truncation``);
+    ``kind="wordpiece"``: KerasHub's ``WordPieceTokenizer`` (keeps the head).
+    """
+    if kind == "word":
+        from kformer.text.words import WordTokenizer
+
+        return WordTokenizer(vocabulary, max_length, truncation)
     import keras_hub
 
     return keras_hub.tokenizers.WordPieceTokenizer(
@@ -103,8 +105,13 @@ def encode(tokenizer, texts: Sequence[str], batch_size: int = 2048, progress: bo
     """Token ids ``(len(texts), sequence_length)`` as a NumPy int32 array."""
     import numpy as np
 
-    limit = tokenizer.sequence_length * CHARS_PER_TOKEN_LIMIT
-    cleaned = [clean_text(t, limit) for t in texts]
+    from kformer.text.words import WordTokenizer
+
+    if isinstance(tokenizer, WordTokenizer):  # it cleans and cuts long texts itself
+        cleaned = list(texts)
+    else:
+        limit = tokenizer.sequence_length * CHARS_PER_TOKEN_LIMIT
+        cleaned = [clean_text(t, limit) for t in texts]
     batches = range(0, len(cleaned), batch_size)
     if progress:
         from tqdm import tqdm
