@@ -55,11 +55,12 @@ def linear_baseline(name: str, train, test, analyzer: str = "word", ngrams=(1, 2
     }
 
 
-def kformer_run(name: str, train_path: Path, test_path: Path, flags: list[str], out_dir: Path | None = None) -> dict:
+def kformer_run(name: str, train_path: Path, test_path: Path, flags: list[str], out_dir: Path | None = None,
+                throughput_texts: int = 5000) -> dict:
     """``kformer train classify`` in a new process, then timed prediction on the test file.
 
     Accuracy comes from the test set (``--test``), scored by kformer itself; throughput is
-    measured here by loading the saved folder and predicting every test text.
+    measured here by loading the saved folder and predicting the first ``throughput_texts`` test texts.
     """
     out_dir = out_dir or Path(tempfile.mkdtemp(prefix="kformer-bench-"))
     command = [sys.executable, "-m", "kformer", "train", "classify", "--data", str(train_path),
@@ -76,7 +77,7 @@ def kformer_run(name: str, train_path: Path, test_path: Path, flags: list[str], 
     from kformer.data.readers import read_labelled
     from kformer.models.classifier import load_classifier
 
-    texts = read_labelled(test_path).texts
+    texts = read_labelled(test_path).texts[:throughput_texts]
     classifier = load_classifier(out_dir)
     classifier.probabilities(texts[:64], batch_size=64)  # compile once, outside the timing
     with Timer() as timer:

@@ -29,7 +29,7 @@ DEFAULTS: dict[str, Any] = {
     "batch_size": 32,
     "learning_rate": None,  # None: 1e-3 from scratch, 5e-5 for pretrained backbones
     "warmup": 0.1,  # fraction of all steps spent warming up
-    "decay": "cosine",  # cosine | linear
+    "decay": "cosine",  # cosine | linear | none (constant rate, no warmup)
     "weight_decay": 0.01,
     "label_smoothing": 0.0,
     "class_weights": False,
@@ -208,7 +208,10 @@ def _compile(model, settings, steps_per_epoch: int) -> None:
     from kformer.training import WarmupDecay
 
     total = max(1, steps_per_epoch * int(settings["epochs"]))
-    schedule = WarmupDecay(float(settings["learning_rate"]), int(total * float(settings["warmup"])), total, settings["decay"])
+    if settings["decay"] == "none":  # a constant rate, as in the reference lesson
+        schedule = float(settings["learning_rate"])
+    else:
+        schedule = WarmupDecay(float(settings["learning_rate"]), int(total * float(settings["warmup"])), total, settings["decay"])
     model.compile(
         optimizer=keras.optimizers.AdamW(schedule, weight_decay=float(settings["weight_decay"]), clipnorm=1.0),
         loss=keras.losses.CategoricalCrossentropy(label_smoothing=float(settings["label_smoothing"])),

@@ -27,13 +27,16 @@ def stratified_split(labels: Sequence[str], fraction: float = 0.1, seed: int = 0
 
     Every label keeps at least one example on each side, so each label must have two.
     """
-    from sklearn.model_selection import train_test_split
-
     labels = list(labels)
     check_label_counts(labels, 2, "a stratified hold-out needs")
-    n, n_labels = len(labels), len(set(labels))
-    n_held = min(max(int(round(fraction * n)), n_labels), n - n_labels)
-    if n_held < n_labels:
-        raise KformerError(f"{n} examples are too few to hold out one per label for {n_labels} labels; pass --valid FILE")
-    keep, held = train_test_split(np.arange(n), test_size=n_held, stratify=labels, random_state=seed)
-    return np.sort(keep), np.sort(held)
+    rng = np.random.default_rng(seed)
+    by_label: dict[str, list[int]] = {}
+    for i, label in enumerate(labels):
+        by_label.setdefault(label, []).append(i)
+    keep, held = [], []
+    for label in sorted(by_label):
+        rows = rng.permutation(by_label[label])
+        n_held = min(max(int(round(fraction * len(rows))), 1), len(rows) - 1)
+        held.extend(rows[:n_held])
+        keep.extend(rows[n_held:])
+    return np.sort(np.array(keep, dtype=int)), np.sort(np.array(held, dtype=int))
