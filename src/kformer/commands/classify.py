@@ -126,14 +126,24 @@ def resolve_settings(args: argparse.Namespace) -> dict[str, Any]:
 # --- training ------------------------------------------------------------------------------------
 
 
-def _load_splits(args, settings):
+def _read_files(args):
+    """Train/valid/test data as given (no Keras import, so bad input fails fast)."""
     from kformer.data.readers import read_labelled
-    from kformer.data.splits import stratified_split
+    from kformer.data.splits import check_label_counts
 
     train = read_labelled(args.data, args.text_column, args.label_column)
-    if args.valid:
-        valid = read_labelled(args.valid, args.text_column, args.label_column)
-    else:
+    valid = read_labelled(args.valid, args.text_column, args.label_column) if args.valid else None
+    if valid is None:
+        check_label_counts(train.labels, 2, "a stratified hold-out needs")
+    test = read_labelled(args.test, args.text_column, args.label_column) if args.test else None
+    return train, valid, test
+
+
+def _load_splits(args, files, settings):
+    from kformer.data.splits import stratified_split
+
+    train, valid, test = files
+    if valid is None:
         keep, held = stratified_split(train.labels, settings["valid_fraction"], settings["seed"])
         valid = type(train)([train.texts[i] for i in held], [train.labels[i] for i in held], f"{train.source} (hold-out)")
         train = type(train)([train.texts[i] for i in keep], [train.labels[i] for i in keep], train.source, train.dropped)
@@ -143,7 +153,6 @@ def _load_splits(args, settings):
     unseen = sorted(set(valid.labels) - set(labels))
     if unseen:
         raise KformerError(f"validation label(s) {', '.join(repr(u) for u in unseen[:5])} never occur in the training data; fix --valid")
-    test = read_labelled(args.test, args.text_column, args.label_column) if args.test else None
     return train, valid, test, labels
 
 
@@ -253,9 +262,10 @@ def _summary(scores: dict) -> dict:
 
 def train_classifier(args: argparse.Namespace) -> dict:
     """Train, score and write a classify model folder; returns the metrics written to metrics.json."""
+    files = _read_files(args)  # bad input fails before anything is written
     settings = resolve_settings(args)
     out = Path(args.out) if args.out else Path("runs") / Path(args.data).name.split(".")[0]
-    train, valid, test, labels = _load_splits(args, settings)  # bad input fails before anything is written
+    train, valid, test, labels = _load_splits(args, files, settings)
 
     import numpy as np
 
