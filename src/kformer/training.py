@@ -7,6 +7,7 @@
   (:class:`TimeBudget`), an atomic checkpoint per epoch (:class:`EpochCheckpoint`), TensorBoard
   logs and a CSV history; :func:`restore_checkpoint` resumes from the last checkpoint.
 - :func:`fit` runs ``model.fit`` with all of the above and reports what happened.
+- :class:`BucketedBatches` batches token ids of similar length, cut to the batch's longest row.
 """
 
 from __future__ import annotations
@@ -103,6 +104,66 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
             "decay": self.decay,
             "final_ratio": self.final_ratio,
         }
+
+
+# --- batches of similar length --------------------------------------------------------------------
+
+
+class BucketedBatches(keras.utils.PyDataset):
+    """Batches of token-id rows of similar length, each cut to its longest row (rounded up).
+
+    ``x`` is ``(n, max_length)`` int ids padded with 0 at the end; ``y`` (and optional
+    ``sample_weight``) are indexed alongside. Rows are shuffled each epoch (with ``shuffle``),
+    sorted by length within chunks of 64 batches, and the batches shuffled, so a batch of short
+    texts costs a short sequence. Widths are rounded up to a multiple that leaves at most about
+    8 distinct shapes, so compiled step functions are reused.
+    Yields ``(x (batch, width), y)`` or ``(x, y, sample_weight)``.
+    """
+
+    def __init__(self, x, y, batch_size: int = 32, shuffle: bool = True, seed: int = 0, sample_weight=None, **kwargs):
+        super().__init__(**kwargs)
+        import numpy as np
+
+        self.x, self.y, self.sample_weight = np.asarray(x), np.asarray(y), sample_weight
+        self.lengths = (self.x != 0).sum(axis=1)
+        self.batch_size, self.shuffle, self.seed, self.epoch = int(batch_size), shuffle, int(seed), 0
+        self.multiple = max(8, -(-self.x.shape[1] // 8))
+        self._arrange()
+
+    def _arrange(self) -> None:
+        import numpy as np
+
+        rng = np.random.default_rng(self.seed + self.epoch)
+        n = len(self.x)
+        order = rng.permutation(n) if self.shuffle else np.arange(n)
+        chunk = self.batch_size * 64
+        batches = []
+        for start in range(0, n, chunk):
+            part = order[start:start + chunk]
+            part = part[np.argsort(self.lengths[part], kind="stable")]
+            batches += [part[i:i + self.batch_size] for i in range(0, len(part), self.batch_size)]
+        if self.shuffle:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        self.batches = batches
+
+    def width(self, rows) -> int:
+        longest = max(int(self.lengths[rows].max()), 1)
+        return min(self.x.shape[1], -(-longest // self.multiple) * self.multiple)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, index):
+        rows = self.batches[index]
+        x = self.x[rows, : self.width(rows)]
+        if self.sample_weight is None:
+            return x, self.y[rows]
+        return x, self.y[rows], self.sample_weight[rows]
+
+    def on_epoch_end(self) -> None:
+        self.epoch += 1
+        if self.shuffle:
+            self._arrange()
 
 
 # --- callbacks ---------------------------------------------------------------------------------
@@ -268,7 +329,7 @@ def fit(
             validation_data=validation,
             epochs=epochs,
             initial_epoch=initial_epoch,
-            batch_size=batch_size,
+            batch_size=None if isinstance(x, keras.utils.PyDataset) else batch_size,
             callbacks=standard + list(callbacks or []),
             class_weight=class_weight,
             verbose=verbose,

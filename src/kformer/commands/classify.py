@@ -278,7 +278,7 @@ def train_classifier(args: argparse.Namespace) -> dict:
         make_tokenizer,
         save_vocabulary,
     )
-    from kformer.training import fit, set_seed
+    from kformer.training import BucketedBatches, fit, set_seed
     from kformer.viz import plot_confusion_matrix, plot_training_curves
 
     set_seed(int(settings["seed"]))
@@ -311,8 +311,15 @@ def train_classifier(args: argparse.Namespace) -> dict:
 
             weights = compute_class_weight("balanced", classes=np.array(labels), y=np.array(train.labels))
             class_weight = {i: float(w) for i, w in enumerate(weights)}
+        train_data, valid_data = (x_train, y_train), (x_valid, y_valid)
+        if kind == "encoder":  # batches of similar length, cut to their longest text
+            weights = None if class_weight is None else np.array([class_weight[index[lb]] for lb in train.labels], "float32")
+            train_data = BucketedBatches(x_train, y_train, batch_size, shuffle=True, seed=int(settings["seed"]),
+                                         sample_weight=weights)
+            valid_data = BucketedBatches(x_valid, y_valid, max(batch_size, 64), shuffle=False)
+            class_weight = None
         result = fit(
-            model, (x_train, y_train), (x_valid, y_valid), epochs=int(settings["epochs"]), out_dir=state_dir,
+            model, train_data, valid_data, epochs=int(settings["epochs"]), out_dir=state_dir,
             patience=int(settings["patience"]), max_minutes=args.max_minutes, resume=args.resume,
             verbose=0 if args.quiet else "auto", batch_size=batch_size, class_weight=class_weight,
         )

@@ -31,7 +31,7 @@ def build_encoder_classifier(
     dropout: float = 0.1,
     positions: str = "learned",
 ):
-    """Token ids ``(batch, max_length)`` -> class probabilities ``(batch, num_classes)``.
+    """Token ids ``(batch, seq <= max_length)`` -> class probabilities ``(batch, num_classes)``.
 
     ``TokenAndPositionEmbedding`` -> ``blocks`` x ``EncoderBlock`` -> mean over real tokens
     (padding masked) -> dropout -> softmax. Layers are named ``embedding``, ``encoder_<i>`` so
@@ -41,7 +41,7 @@ def build_encoder_classifier(
 
     from kformer.layers import EncoderBlock, MaskedGlobalAveragePooling, TokenAndPositionEmbedding
 
-    ids = keras.Input((max_length,), dtype="int32", name="token_ids")
+    ids = keras.Input((None,), dtype="int32", name="token_ids")  # any length up to max_length
     x = TokenAndPositionEmbedding(vocab_size, max_length, dim, positions=positions, name="embedding")(ids)
     x = keras.layers.Dropout(dropout, name="embedding_dropout")(x)
     for i in range(blocks):
@@ -103,12 +103,29 @@ class Classifier:
             from tqdm import tqdm
 
             starts = tqdm(starts, desc="predicting", unit="batch", total=len(starts))
+        if self.kind == "encoder":
+            return self._encoder_probabilities(texts, starts, batch_size)
         parts = [np.asarray(self.model.predict_on_batch(self.features(texts[i:i + batch_size]))) for i in starts]
         if not parts:
             return np.zeros((0, len(self.labels)), dtype="float32")
         probs = np.concatenate(parts).astype("float32")
         if self.kind == "bert" and not np.allclose(probs.sum(axis=1), 1.0, atol=1e-3):
             probs = _softmax(probs)
+        return probs
+
+
+    def _encoder_probabilities(self, texts, starts, batch_size: int) -> np.ndarray:
+        """Texts sorted by length, so each batch is cut to its longest row; results in input order."""
+        from kformer.training import BucketedBatches
+
+        ids = self.features(texts)
+        order = np.argsort((ids != 0).sum(axis=1), kind="stable")
+        batches = BucketedBatches(ids[order], np.zeros(len(texts)), batch_size=batch_size, shuffle=False)
+        probs = np.zeros((len(texts), len(self.labels)), dtype="float32")
+        for i in starts:
+            rows = np.arange(i, min(i + batch_size, len(texts)))
+            x = batches.x[rows, : batches.width(rows)]
+            probs[order[rows]] = np.asarray(self.model.predict_on_batch(x))
         return probs
 
 
