@@ -1,0 +1,54 @@
+"""English->Tamil (TICO-19 + Tatoeba): retrieval baseline vs kformer's `en-ta` recipe, greedy and beam.
+
+    flock /tmp/kformer-bench.lock .venv/bin/python -m bench.en_ta [--minutes 6]
+
+Whole TICO-19 documents (by source URL in ``en-ta.meta.tsv``) are held out -- about 15% of
+the pairs, seed 0 -- so no test sentence shares a document with training. Training uses the
+other TICO-19 documents plus all Tatoeba pairs. The issue's aim: chrF >= 35.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from bench.en_es import RATIO_KEYS, kformer_rows, retrieval_baseline
+from bench.harness import record_results, require_shared_data, results_table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=6.0, help="kformer's training budget (default 6)")
+    parser.add_argument("--recipe", default="en-ta", help="kformer recipe (default: en-ta)")
+    parser.add_argument("--extra", nargs="*", default=[], help="extra flags for kformer's run")
+    parser.add_argument("--no-record", action="store_true", help="print, do not append to BENCHMARKS.md")
+    args = parser.parse_args()
+    from kformer.data.pairs import document_holdout, read_document_ids, read_pairs, write_pairs
+
+    tico = require_shared_data("en-ta-tico19")
+    pairs = read_pairs(tico / "en-ta.tsv")
+    train, test, documents = document_holdout(pairs, read_document_ids(tico / "en-ta.meta.tsv"), fraction=0.15, seed=0)
+    train += read_pairs(require_shared_data("en-ta-tatoeba", "en-ta.tsv"))
+    folder = Path(tempfile.mkdtemp(prefix="bench-en-ta-"))
+    write_pairs(folder / "train.tsv", train)
+    write_pairs(folder / "test.tsv", test)
+    rows = [retrieval_baseline("translation memory (TF-IDF nearest neighbour)", train, test)]
+    rows += kformer_rows(f"kformer `{args.recipe}` ({args.minutes:g} min)", folder / "train.tsv", folder / "test.tsv",
+                         ["--recipe", args.recipe, "--max-minutes", str(args.minutes), *args.extra])
+    notes = (
+        f"English->Tamil: {len(train):,} training pairs (TICO-19 minus {len(documents)} held-out documents, plus "
+        f"Tatoeba), {len(test):,} test pairs from the held-out TICO-19 documents: "
+        f"{', '.join(d.rsplit('/', 1)[-1] for d in documents)}. sacrebleu corpus BLEU/chrF, one reference. "
+        f"Aim in the issue: chrF >= 35. kformer trained at most {args.minutes:g} min on a shared 2-core CPU."
+    )
+    if args.no_record:
+        print(results_table(rows, rows[0]["system"], RATIO_KEYS))
+        print(notes)
+        return
+    record_results("English->Tamil translation (TICO-19, document hold-out)", rows, notes=notes,
+                   baseline=rows[0]["system"], ratio_keys=RATIO_KEYS)
+
+
+if __name__ == "__main__":
+    main()
