@@ -109,7 +109,7 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
 # --- batches of similar length --------------------------------------------------------------------
 
 
-class BucketedBatches(keras.utils.PyDataset):
+class BucketedBatches:
     """Batches of token-id rows of similar length, each cut to its longest row (rounded up).
 
     ``x`` is ``(n, max_length)`` int ids padded with 0 at the end; ``y`` (and optional
@@ -117,14 +117,15 @@ class BucketedBatches(keras.utils.PyDataset):
     sorted by length within chunks of 64 batches, and the batches shuffled, so a batch of short
     texts costs a short sequence. Widths are rounded up to a multiple that leaves at most about
     8 distinct shapes, so compiled step functions are reused.
-    Yields ``(x (batch, width), y)`` or ``(x, y, sample_weight)``.
+    ``batches[i]`` is ``(x (batch, width), y)`` or ``(x, y, sample_weight)``; :meth:`dataset` gives
+    a ``tf.data.Dataset`` with a variable-width signature that re-arranges the rows every epoch.
     """
 
-    def __init__(self, x, y, batch_size: int = 32, shuffle: bool = True, seed: int = 0, sample_weight=None, **kwargs):
-        super().__init__(**kwargs)
+    def __init__(self, x, y, batch_size: int = 32, shuffle: bool = True, seed: int = 0, sample_weight=None):
         import numpy as np
 
-        self.x, self.y, self.sample_weight = np.asarray(x), np.asarray(y), sample_weight
+        self.x, self.y = np.asarray(x), np.asarray(y)
+        self.sample_weight = None if sample_weight is None else np.asarray(sample_weight, dtype="float32")
         self.lengths = (self.x != 0).sum(axis=1)
         self.batch_size, self.shuffle, self.seed, self.epoch = int(batch_size), shuffle, int(seed), 0
         self.multiple = max(8, -(-self.x.shape[1] // 8))
@@ -160,10 +161,25 @@ class BucketedBatches(keras.utils.PyDataset):
             return x, self.y[rows]
         return x, self.y[rows], self.sample_weight[rows]
 
-    def on_epoch_end(self) -> None:
+    def _generate(self):
+        for index in range(len(self)):
+            yield self[index]
         self.epoch += 1
         if self.shuffle:
             self._arrange()
+
+    def dataset(self):
+        """The batches as a ``tf.data.Dataset`` (any width; rows re-arranged each epoch)."""
+        import tensorflow as tf
+
+        signature = [
+            tf.TensorSpec((None, None), tf.as_dtype(self.x.dtype)),
+            tf.TensorSpec((None, *self.y.shape[1:]), tf.as_dtype(self.y.dtype)),
+        ]
+        if self.sample_weight is not None:
+            signature.append(tf.TensorSpec((None,), tf.float32))
+        data = tf.data.Dataset.from_generator(self._generate, output_signature=tuple(signature))
+        return data.apply(tf.data.experimental.assert_cardinality(len(self))).prefetch(2)
 
 
 # --- callbacks ---------------------------------------------------------------------------------
@@ -329,7 +345,7 @@ def fit(
             validation_data=validation,
             epochs=epochs,
             initial_epoch=initial_epoch,
-            batch_size=None if isinstance(x, keras.utils.PyDataset) else batch_size,
+            batch_size=None if y is None else batch_size,
             callbacks=standard + list(callbacks or []),
             class_weight=class_weight,
             verbose=verbose,

@@ -315,8 +315,8 @@ def train_classifier(args: argparse.Namespace) -> dict:
         if kind == "encoder":  # batches of similar length, cut to their longest text
             weights = None if class_weight is None else np.array([class_weight[index[lb]] for lb in train.labels], "float32")
             train_data = BucketedBatches(x_train, y_train, batch_size, shuffle=True, seed=int(settings["seed"]),
-                                         sample_weight=weights)
-            valid_data = BucketedBatches(x_valid, y_valid, max(batch_size, 64), shuffle=False)
+                                         sample_weight=weights).dataset()
+            valid_data = BucketedBatches(x_valid, y_valid, max(batch_size, 64), shuffle=False).dataset()
             class_weight = None
         result = fit(
             model, train_data, valid_data, epochs=int(settings["epochs"]), out_dir=state_dir,

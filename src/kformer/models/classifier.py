@@ -91,9 +91,9 @@ class Classifier:
 
         if self.kind == "encoder":
             return encode(self.tokenizer, texts)
-        preprocessor = self.model.preprocessor
-        limit = preprocessor.sequence_length * CHARS_PER_TOKEN_LIMIT
-        return preprocessor([clean_text(t, limit) for t in texts])
+        # A KerasHub task runs its own preprocessor inside predict_on_batch: give it strings.
+        limit = self.model.preprocessor.sequence_length * CHARS_PER_TOKEN_LIMIT
+        return np.array([clean_text(t, limit) for t in texts])
 
     def probabilities(self, texts: Sequence[str], batch_size: int = 64, progress: bool = False) -> np.ndarray:
         """Class probabilities ``(len(texts), len(labels))``."""
