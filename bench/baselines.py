@@ -90,5 +90,4 @@ def kformer_run(name: str, train_path: Path, test_path: Path, flags: list[str], 
         "texts_per_s": len(texts) / timer.seconds,
         "epochs": metrics["epochs_run"],
         "run_wall_s": wall,
-        "out": str(out_dir),
     }
