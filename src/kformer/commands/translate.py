@@ -97,7 +97,7 @@ def register(commands, train_tasks) -> None:
         "translate",
         help="translate text with a trained translation model",
         description="Translate each TEXT argument, or each line of standard input, and print one "
-        "translation per line.",
+        "translation per line. Give options before MODEL_DIR or after the texts.",
     )
     translate.add_argument("model_dir", metavar="MODEL_DIR", help="folder written by `kformer train translate`")
     translate.add_argument("texts", nargs="*", metavar="TEXT", help="sentences to translate (default: read lines from stdin)")
@@ -445,12 +445,21 @@ def train_command(args: argparse.Namespace) -> int:
 # --- translate / evaluate / attention ------------------------------------------------------------
 
 
+def _check_decoding_args(args: argparse.Namespace) -> None:
+    """Reject bad --beam / --batch-size before the model is loaded."""
+    if args.beam < 1:
+        raise KformerError(f"--beam must be at least 1, not {args.beam}")
+    if args.batch_size < 1:
+        raise KformerError(f"--batch-size must be at least 1, not {args.batch_size}")
+
+
 def translate_command(args: argparse.Namespace) -> int:
     from kformer.artifacts import read_manifest
 
     manifest = read_manifest(args.model_dir)
     if manifest["task"] != "translate":
         raise KformerError(f"{args.model_dir} holds a '{manifest['task']}' model; `kformer translate` needs a translation model")
+    _check_decoding_args(args)
     if args.texts:
         texts = list(args.texts)
     elif sys.stdin is None or sys.stdin.isatty():
@@ -467,6 +476,7 @@ def evaluate(args: argparse.Namespace, manifest: dict) -> int:
     """BLEU, chrF and exact match of the model's translations of ``--data`` pairs."""
     from kformer.data.pairs import read_pairs
 
+    _check_decoding_args(args)
     pairs = read_pairs(args.data)
     if args.limit:
         pairs = pairs[: args.limit]
