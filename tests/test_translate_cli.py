@@ -140,3 +140,18 @@ def test_bad_arguments_fail_cleanly(trained, tmp_path):
     bad = tmp_path / "test.tsv"
     bad.write_text("one\n", encoding="utf-8")
     _assert_one_line_error(kformer("evaluate", folder / "model", "--data", bad), "line 1 has no tab")
+
+
+def test_attention_draws_every_map_with_subword_labels(trained, tmp_path):
+    import argparse
+
+    from kformer.commands.translate import attention
+
+    folder, _, _ = trained
+    out = tmp_path / "maps"
+    args = argparse.Namespace(model_dir=str(folder / "model"), input="three one", out=str(out))
+    assert attention(args, {"task": "translate"}) == 0
+    names = sorted(p.name for p in out.glob("*.png"))
+    assert names == sorted(f"{kind}_{part}.png" for kind in ("encoder", "decoder_self", "cross")
+                           for part in ("layer1", "grid"))
+    assert all(p.stat().st_size > 1000 for p in out.glob("*.png"))

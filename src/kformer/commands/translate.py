@@ -319,6 +319,7 @@ def train_translator(args: argparse.Namespace) -> dict:
     train, valid, test = _load_splits(args, settings)  # bad input fails before anything is written
 
     from kformer.artifacts import MANIFEST_NAME, save_keras_atomic, staged_folder, write_json_atomic
+    from kformer.commands.seq2seq import budget_schedule
     from kformer.data.pairs import curriculum_levels
     from kformer.models.seq2seq import Seq2SeqTransformer, compile_seq2seq
     from kformer.text.subword import learn_vocabularies
@@ -356,11 +357,12 @@ def train_translator(args: argparse.Namespace) -> dict:
             levels = curriculum_levels([max(len(s), len(t)) for s, t in zip(train_s, train_t, strict=True)],
                                        int(settings["curriculum_levels"]))
         total_steps = epochs * math.ceil(len(train_s) / batch_size)
-        compile_seq2seq(
-            model, float(settings["learning_rate"]), min(int(settings["warmup_steps"]), total_steps // 4 or 1),
-            total_steps, label_smoothing=float(settings["label_smoothing"]),
-            weight_decay=float(settings["weight_decay"]),
-        )
+        peak, warmup = float(settings["learning_rate"]), min(int(settings["warmup_steps"]), total_steps // 4 or 1)
+        # constant rate in the optimizer; the callback warms up, then decays over the steps or the
+        # time budget, whichever ends first, so a run cut by --max-minutes still ends at a low rate
+        compile_seq2seq(model, peak, warmup, None, label_smoothing=float(settings["label_smoothing"]),
+                        weight_decay=float(settings["weight_decay"]))
+        schedule = budget_schedule(peak, warmup, total_steps, None if args.max_minutes is None else args.max_minutes * 60.0)
         limits = (max_source, max_target + 1)
         seed = int(settings["seed"])
         if state_dir.exists():
@@ -373,11 +375,11 @@ def train_translator(args: argparse.Namespace) -> dict:
                 _dataset(train_s, train_t, batch_size, seed, shuffle=True, levels=levels, limits=limits),
                 _dataset(valid_s, valid_t, max(batch_size, 64), seed, shuffle=False, limits=limits),
                 epochs=epochs, out_dir=state_dir, patience=int(settings["patience"]),
-                max_minutes=args.max_minutes, verbose=0 if args.quiet else "auto",
+                max_minutes=args.max_minutes, verbose=0 if args.quiet else "auto", callbacks=[schedule],
             )
         train_seconds = time.monotonic() - started
         # an unbuilt optimizer: the saved model carries no optimizer state
-        compile_seq2seq(model, float(settings["learning_rate"]), 1, 2)
+        compile_seq2seq(model, peak, 1, None)
         translator = Translator(model, source_vocab, target_vocab, {})
         test_scores, hypotheses = score_pairs(translator, test, beam=int(settings["beam"]))
         history = result.history
@@ -388,6 +390,7 @@ def train_translator(args: argparse.Namespace) -> dict:
             "train_seconds": round(train_seconds, 2),
             "vocab_seconds": round(vocab_seconds, 2),
             "epochs_run": result.epochs_run,
+            "steps": schedule.steps,
             "best_epoch": None if result.best_epoch is None else result.best_epoch + 1,
             "stopped_by_time_budget": result.stopped_by_budget,
             "splits": {"train": len(train), "train_used": len(train_s), "skipped_too_long": dropped,
@@ -495,4 +498,33 @@ def evaluate(args: argparse.Namespace, manifest: dict) -> int:
         print(f"BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  exact match {scores['exact_match']:.3f}  "
               f"n {scores['n']}  ({'greedy' if args.beam == 1 else f'beam {args.beam}'})")
         print(f"translations: {out / 'translations.json'}")
+    return 0
+
+
+def attention(args: argparse.Namespace, manifest: dict) -> int:
+    """Translate ``args.input`` greedily and draw encoder, decoder-self and cross attention PNGs."""
+    import numpy as np
+
+    from kformer.artifacts import staged_folder
+    from kformer.models.generation import greedy_decode, strip_special
+    from kformer.text.specials import START, START_ID
+    from kformer.viz import plot_attention
+
+    if not args.input.strip():
+        raise KformerError("give a non-empty sentence to look at")
+    translator = load_translator(args.model_dir)
+    source = np.array(encode_sources(translator, [args.input]), dtype="int32")
+    # room for START in front: target_in may be at most max_target_length long
+    output = strip_special(greedy_decode(translator.model, source, translator.max_target_length - 1)[0])
+    target_in = np.array([[START_ID, *output]], dtype="int32")
+    maps = {name: stack[0] for name, stack in translator.model.attention_maps(source, target_in).items()}
+    source_pieces = translator.source_vocab.pieces(source[0])
+    target_pieces = [START, *translator.target_vocab.pieces(output)]
+    rows = {"encoder": source_pieces, "decoder_self": target_pieces, "cross": target_pieces}
+    cols = {"encoder": source_pieces, "decoder_self": target_pieces, "cross": source_pieces}
+    out = Path(args.out) if args.out else Path(args.model_dir) / "attention"
+    with staged_folder(out) as stage:
+        written = plot_attention(maps, rows, cols, stage)
+    print(f"translation: {translator.target_vocab.decode([output])[0]}")
+    print(f"wrote {len(written)} PNGs to {out}")
     return 0
