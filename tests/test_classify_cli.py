@@ -148,3 +148,12 @@ def test_predict_on_bad_model_folders(trained, tmp_path):
     (broken / "model.keras").write_bytes(b"PK\x03\x04 this is not a zip")
     _assert_one_line_error(kformer("predict", broken, "hello"), "corrupt")
     _assert_one_line_error(kformer("evaluate", not_model, "--data", tmp_path / "none.csv"), "not a kformer model folder")
+
+
+def test_attention_maps_for_a_text(trained):
+    _, model, _ = trained
+    done = kformer("attention", model, "my laptop screen")
+    assert done.returncode == 0, done.stderr
+    written = [Path(line) for line in done.stdout.splitlines()]
+    assert {p.name for p in written} == {"encoder_layer1.png", "encoder_grid.png"}
+    assert all(p.is_file() and p.stat().st_size > 1000 for p in written)

@@ -24,7 +24,7 @@ def _metrics(folder):
 
 
 def test_max_minutes_stops_cleanly_and_the_model_works(tickets, tmp_path):
-    from kformer.models.classifier import load_classifier, predict_texts
+    from kformer.models.classifier import encoder_attention_maps, load_classifier, predict_texts
 
     out = tmp_path / "budget"
     assert main(["train", "classify", "--data", str(tickets), "--out", str(out), "--epochs", "200",
@@ -41,6 +41,10 @@ def test_max_minutes_stops_cleanly_and_the_model_works(tickets, tmp_path):
         assert sum(t["probability"] for t in result["top_k"]) == pytest.approx(1.0, abs=1e-4)
     with pytest.raises(KformerError, match="--threshold must be between 0 and 1"):
         predict_texts(classifier, ["x"], threshold=2.0)
+    ids = classifier.features(["laptop screen please"])[:, :3]
+    (scores,) = encoder_attention_maps(classifier.model, ids)  # one encoder block
+    assert scores.shape == (1, 2, 3, 3)  # (batch, heads, seq, seq)
+    assert scores.sum(axis=-1) == pytest.approx(1.0, abs=1e-5)
 
 
 def test_resume_continues_from_the_last_checkpoint(tickets, tmp_path, capsys):

@@ -346,6 +346,7 @@ def fit(
             epochs=epochs,
             initial_epoch=initial_epoch,
             batch_size=None if y is None else batch_size,
+            shuffle=y is not None,  # a dataset arrives already shuffled (Keras would warn)
             callbacks=standard + list(callbacks or []),
             class_weight=class_weight,
             verbose=verbose,

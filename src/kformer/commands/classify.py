@@ -464,26 +464,25 @@ def evaluate(args: argparse.Namespace, manifest: dict) -> int:
 
 def attention(args: argparse.Namespace, manifest: dict) -> int:
     """Encoder self-attention maps of a kformer encoder classifier for one text, as PNGs."""
+    import numpy as np
+
     from kformer.models.classifier import encoder_attention_maps, load_classifier
 
     if manifest.get("kind", "encoder") != "encoder":
         raise KformerError("attention maps are drawn for kformer's own encoder classifiers (--backbone scratch)")
-    import kformer.viz as viz
+    from kformer.artifacts import staged_folder
+    from kformer.viz import plot_attention
 
-    plot = getattr(viz, "plot_attention_maps", None)
-    if plot is None:
-        raise KformerError("this kformer build cannot draw attention maps (kformer.viz.plot_attention_maps is missing)")
     classifier = load_classifier(args.model_dir)
     ids = classifier.features([args.input])
-    length = int((ids[0] != 0).sum())
+    length = max(int((ids[0] != 0).sum()), 1)
+    ids = ids[:, :length]
     vocabulary = classifier.tokenizer.get_vocabulary()
-    tokens = [vocabulary[i] for i in ids[0][:length]]
-    maps = [m[0, :, :length, :length] for m in encoder_attention_maps(classifier.model, ids)]
+    tokens = [vocabulary[i] for i in ids[0]]
+    stack = np.stack([m[0] for m in encoder_attention_maps(classifier.model, ids)])  # (layers, heads, L, L)
     out = Path(args.out) if args.out else Path(args.model_dir) / "attention"
-    from kformer.artifacts import staged_folder
-
     with staged_folder(out) as stage:
-        written = plot(maps, tokens, tokens, stage, prefix="encoder")
-    for path in written or []:
+        written = plot_attention({"encoder": stack}, tokens, tokens, stage)
+    for path in written:
         print(out / Path(path).name)
     return 0
