@@ -70,6 +70,19 @@ def kformer_rows(name: str, train_path: Path, test_path: Path, flags: list[str],
     return rows
 
 
+def compare(train, test, recipe: str, minutes: float, extra: list[str], prefix: str) -> list[dict]:
+    """The baseline row and kformer's rows for one train/test split (written to a temporary folder)."""
+    from kformer.data.pairs import write_pairs
+
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    write_pairs(folder / "train.tsv", train)
+    write_pairs(folder / "test.tsv", test)
+    rows = [retrieval_baseline("translation memory (TF-IDF nearest neighbour)", train, test)]
+    rows += kformer_rows(f"kformer `{recipe}` ({minutes:g} min)", folder / "train.tsv", folder / "test.tsv",
+                         ["--recipe", recipe, "--max-minutes", str(minutes), *extra])
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=15.0, help="kformer's training budget (default 15)")
@@ -78,18 +91,13 @@ def main() -> None:
     parser.add_argument("--extra", nargs="*", default=[], help="extra flags for kformer's run")
     parser.add_argument("--no-record", action="store_true", help="print, do not append to BENCHMARKS.md")
     args = parser.parse_args()
-    from kformer.data.pairs import random_holdout, read_pairs, write_pairs
+    from kformer.data.pairs import random_holdout, read_pairs
 
     pairs = read_pairs(require_shared_data("en-es-anki", "spa.txt.gz"))
     if args.limit:
         pairs = random_holdout(pairs, args.limit, seed=1)[1]
     train, test = random_holdout(pairs, 2000 if not args.limit else max(args.limit // 10, 10), seed=0)
-    folder = Path(tempfile.mkdtemp(prefix="bench-en-es-"))
-    write_pairs(folder / "train.tsv", train)
-    write_pairs(folder / "test.tsv", test)
-    rows = [retrieval_baseline("translation memory (TF-IDF nearest neighbour)", train, test)]
-    rows += kformer_rows(f"kformer `{args.recipe}` ({args.minutes:g} min)", folder / "train.tsv", folder / "test.tsv",
-                         ["--recipe", args.recipe, "--max-minutes", str(args.minutes), *args.extra])
+    rows = compare(train, test, args.recipe, args.minutes, args.extra, "bench-en-es-")
     notes = (
         f"English->Spanish, {len(train):,} training pairs, {len(test):,} held out at random (seed 0). BLEU/chrF: "
         "sacrebleu corpus scores against the single held-out reference. Target in the issue: BLEU >= 35 "

@@ -10,10 +10,8 @@ other TICO-19 documents plus all Tatoeba pairs. The issue's aim: chrF >= 35.
 from __future__ import annotations
 
 import argparse
-import tempfile
-from pathlib import Path
 
-from bench.en_es import RATIO_KEYS, kformer_rows, retrieval_baseline
+from bench.en_es import RATIO_KEYS, compare
 from bench.harness import record_results, require_shared_data, results_table
 
 
@@ -24,18 +22,13 @@ def main() -> None:
     parser.add_argument("--extra", nargs="*", default=[], help="extra flags for kformer's run")
     parser.add_argument("--no-record", action="store_true", help="print, do not append to BENCHMARKS.md")
     args = parser.parse_args()
-    from kformer.data.pairs import document_holdout, read_document_ids, read_pairs, write_pairs
+    from kformer.data.pairs import document_holdout, read_document_ids, read_pairs
 
     tico = require_shared_data("en-ta-tico19")
     pairs = read_pairs(tico / "en-ta.tsv")
     train, test, documents = document_holdout(pairs, read_document_ids(tico / "en-ta.meta.tsv"), fraction=0.15, seed=0)
     train += read_pairs(require_shared_data("en-ta-tatoeba", "en-ta.tsv"))
-    folder = Path(tempfile.mkdtemp(prefix="bench-en-ta-"))
-    write_pairs(folder / "train.tsv", train)
-    write_pairs(folder / "test.tsv", test)
-    rows = [retrieval_baseline("translation memory (TF-IDF nearest neighbour)", train, test)]
-    rows += kformer_rows(f"kformer `{args.recipe}` ({args.minutes:g} min)", folder / "train.tsv", folder / "test.tsv",
-                         ["--recipe", args.recipe, "--max-minutes", str(args.minutes), *args.extra])
+    rows = compare(train, test, args.recipe, args.minutes, args.extra, "bench-en-ta-")
     notes = (
         f"English->Tamil: {len(train):,} training pairs (TICO-19 minus {len(documents)} held-out documents, plus "
         f"Tatoeba), {len(test):,} test pairs from the held-out TICO-19 documents: "

@@ -64,7 +64,7 @@ def trained(tmp_path_factory):
     _write(folder / "test.tsv", test)
     (folder / "tiny.toml").write_text(TINY_RECIPE, encoding="utf-8")
     done = kformer("train", "translate", "--data", folder / "train.tsv", "--test", folder / "test.tsv",
-                   "--recipe", folder / "tiny.toml", "--out", folder / "model", "--quiet")
+                   "--recipe", folder / "tiny.toml", "--out", folder / "model", "--quiet", "--curriculum")
     assert done.returncode == 0, done.stderr[-2000:]
     return folder, test, done
 
@@ -78,8 +78,9 @@ def test_train_writes_a_complete_folder(trained):
     metrics = json.loads((model / "metrics.json").read_text(encoding="utf-8"))
     assert metrics["splits"]["test"] == len(test) and metrics["splits"]["train"] == 400 - 20
     assert metrics["command"][:3] == ["kformer", "train", "translate"] and metrics["recipe"]["dim"] == 32
+    assert metrics["recipe"]["curriculum"] is True
     assert metrics["train_seconds"] > 0 and metrics["test"]["n"] == len(test)
-    # a word-for-word mapping of ten words is learned well in 8 tiny epochs
+    # a word-for-word mapping of ten words is learned well in 8 tiny epochs (short pairs first)
     assert metrics["test"]["exact_match"] >= 0.6, metrics["test"]
     assert "test BLEU" in done.stdout
 
