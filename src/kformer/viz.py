@@ -56,3 +56,73 @@ def plot_confusion_matrix(confusion, labels, path, max_labels_annotated: int = 2
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+# --- Attention maps (helper B: seq2seq; also used for classifiers' encoder maps) -------------------
+
+
+def plot_attention(maps, row_tokens, col_tokens, out_dir, prefix: str = "") -> list:
+    """Draw attention heat maps with token labels on both axes; return the PNG paths written.
+
+    Args:
+        maps: ``{name: array (layers, heads, Lq, Lk)}``, e.g. ``{"encoder": ...}`` or
+            ``{"encoder": ..., "decoder_self": ..., "cross": ...}``.
+        row_tokens, col_tokens: the query (row) and key (column) token labels: one list for every
+            map, or ``{name: list}`` per map. Lists longer or shorter than the map are cut/padded.
+        out_dir: folder for the PNGs (created).
+        prefix: put in front of every file name.
+
+    Writes, per map: ``{prefix}{name}_layer{i}.png`` (head-averaged map of layer i) and
+    ``{prefix}{name}_grid.png`` (every layer x head).
+    """
+    from pathlib import Path
+
+    import numpy as np
+
+    plt = _pyplot()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, stack in maps.items():
+        stack = np.asarray(stack, dtype="float32")
+        if stack.ndim != 4:
+            raise ValueError(f"attention map '{name}' must be (layers, heads, Lq, Lk), got shape {stack.shape}")
+        layers, heads, queries, keys = stack.shape
+        rows = _labels(row_tokens, name, queries)
+        cols = _labels(col_tokens, name, keys)
+        title = name.replace("_", " ")
+        for layer in range(layers):
+            fig, ax = plt.subplots(figsize=(1.2 + 0.35 * keys, 1.0 + 0.35 * queries))
+            _heat(ax, stack[layer].mean(axis=0), rows, cols)
+            ax.set_title(f"{title}: layer {layer + 1}, mean of {heads} heads", fontsize=9)
+            fig.tight_layout()
+            path = out_dir / f"{prefix}{name}_layer{layer + 1}.png"
+            fig.savefig(path, dpi=110)
+            plt.close(fig)
+            written.append(path)
+        cell_w, cell_h = 0.8 + 0.28 * keys, 0.8 + 0.28 * queries
+        fig, axes = plt.subplots(layers, heads, figsize=(cell_w * heads, cell_h * layers), squeeze=False)
+        for layer in range(layers):
+            for head in range(heads):
+                ax = axes[layer][head]
+                _heat(ax, stack[layer, head], rows, cols, fontsize=6)
+                ax.set_title(f"layer {layer + 1} head {head + 1}", fontsize=7)
+        fig.suptitle(f"{title} attention (rows attend to columns)", fontsize=9)
+        fig.tight_layout()
+        path = out_dir / f"{prefix}{name}_grid.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def _labels(tokens, name, length):
+    tokens = tokens.get(name, []) if isinstance(tokens, dict) else tokens
+    tokens = [str(t) for t in list(tokens)[:length]]
+    return tokens + [""] * (length - len(tokens))
+
+
+def _heat(ax, weights, rows, cols, fontsize=8):
+    ax.imshow(weights, cmap="viridis", vmin=0.0, vmax=max(float(weights.max()), 1e-6), aspect="auto")
+    ax.set_xticks(range(len(cols)), cols, rotation=90, fontsize=fontsize)
+    ax.set_yticks(range(len(rows)), rows, fontsize=fontsize)

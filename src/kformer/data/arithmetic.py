@@ -7,9 +7,13 @@ What the model reads and writes is set by :class:`ArithmeticFormat`:
 
 - ``pad_operands``: operands zero-padded to ``digits`` (``0012+0345``) so every digit sits at a
   fixed position.
-- ``reverse_answer``: the model writes a sign and then the answer's digits least-significant
-  first, zero-padded to ``digits + 1`` (``5801`` -> ``+10850``), the order in which carries and
-  borrows are computed by hand. Answers are turned back to ``=5801`` for people.
+- ``reverse_answer``: the model writes the answer's ``digits + 1`` digits least-significant first,
+  the order in which carries and borrows are worked out by hand, then its sign. A negative answer
+  is written in ten's complement, as hand subtraction leaves it when the last borrow is
+  outstanding: ``5801`` -> ``10850+`` and ``-1985`` -> ``10000 - 1985 = 98015`` -> ``51089-``.
+  So every digit depends only on the two operand digits of its place and the carry/borrow from
+  the place before, and the sign is simply the final borrow. Answers are turned back to
+  ``=5801`` / ``=-1985`` for people.
 
 Held-out split: a hash of ``(a, op, b)`` puts a fixed slice of all problems aside; training never
 samples them and :func:`held_out_problems` samples only them.
@@ -56,7 +60,7 @@ class ArithmeticFormat:
     @property
     def answer_length(self) -> int:
         """Most tokens of an answer (without END)."""
-        return self.digits + 2  # sign + (digits + 1) digits, or "-" + digits + 1 carry digit
+        return self.digits + 2  # (digits + 1) digits and a sign, or "-" and digits + 1 digits
 
     @property
     def target_length(self) -> int:
@@ -84,19 +88,20 @@ class ArithmeticFormat:
         return f"{a}{op}{b}"
 
     def answer_text(self, value: int) -> str:
-        """What the decoder writes for ``value``: ``+10850`` (reversed) or ``5801`` (plain)."""
+        """What the decoder writes for ``value``: ``10850+`` / ``51089-`` (reversed) or ``5801``."""
         if self.reverse_answer:
-            sign = "-" if value < 0 else "+"
-            return sign + f"{abs(value):0{self.digits + 1}d}"[::-1]
+            modulus = 10 ** (self.digits + 1)
+            return f"{value % modulus:0{self.digits + 1}d}"[::-1] + ("-" if value < 0 else "+")
         return str(value)
 
     def parse_answer(self, text: str) -> int | None:
         """Inverse of :meth:`answer_text`; None for text that is not a well-formed answer."""
         if self.reverse_answer:
-            if len(text) < 2 or text[0] not in "+-" or not text[1:].isdigit():
+            body, sign = text[:-1], text[-1:]
+            if len(body) != self.digits + 1 or not body.isdigit() or sign not in ("+", "-"):
                 return None
-            value = int(text[1:][::-1])
-            return -value if text[0] == "-" else value
+            value = int(body[::-1])
+            return value - 10 ** (self.digits + 1) if sign == "-" else value
         body = text[1:] if text.startswith("-") else text
         if not body.isdigit():
             return None

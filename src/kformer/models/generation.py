@@ -23,6 +23,9 @@ from kformer.text.specials import END_ID, PAD_ID, START_ID
 # Ids a decoder may never emit.
 _FORBIDDEN = (PAD_ID, START_ID)
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# Graph-compile the per-step functions (TensorFlow backend). False runs them eagerly: slower per
+# step but no tracing, which is quicker for a handful of steps (tests, debugging).
+COMPILE = True
 
 
 def greedy_decode(model, source_ids, max_length, use_cache=True, stop_at_end=True):
@@ -175,7 +178,7 @@ def _compiled(model) -> dict:
             "step": model.decode_step,
             "forward": lambda source, prefix: model({"source": source, "target_in": prefix}, training=False)[:, -1, :],
         }
-        if keras.backend.backend() == "tensorflow":
+        if COMPILE and keras.backend.backend() == "tensorflow":
             import tensorflow as tf  # generation plumbing only; the model itself is keras.ops
 
             functions = {name: tf.function(fn, reduce_retracing=True) for name, fn in functions.items()}

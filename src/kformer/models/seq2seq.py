@@ -257,12 +257,15 @@ def compile_seq2seq(
     """Compile ``model`` for teacher-forced training: Adam(W) with linear warmup + cosine decay,
     masked cross-entropy (optional label smoothing) and masked token accuracy.
 
+    ``total_steps=None`` gives a constant ``learning_rate`` instead, for a caller whose callback
+    sets the rate itself (e.g. a schedule over a time budget).
+
     ``jit_compile`` defaults to False: on CPU, XLA's compile time (tens of seconds) outweighs its
     per-step gain for models this small.
     """
     from kformer.training import WarmupDecay
 
-    schedule = WarmupDecay(learning_rate, warmup_steps, total_steps)
+    schedule = float(learning_rate) if total_steps is None else WarmupDecay(learning_rate, warmup_steps, total_steps)
     optimizer_args = dict(learning_rate=schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9, clipnorm=clipnorm)
     if weight_decay:
         optimizer = keras.optimizers.AdamW(weight_decay=weight_decay, **optimizer_args)

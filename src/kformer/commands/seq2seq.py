@@ -1,0 +1,486 @@
+"""``kformer train arithmetic``, ``kformer demo`` and the arithmetic side of ``evaluate``/``attention``.
+
+Argument parsing lives in the ``register``/``_run_*`` functions; the work is done by plain
+functions (:func:`train_arithmetic`, :func:`load_arithmetic`, :func:`solve_problems`,
+:func:`draw_attention`) that a script or server can call. Keras is imported inside functions so
+``kformer --help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from kformer.errors import KformerError
+
+TASK = "arithmetic"
+MODEL_FILE = "model.keras"
+METRICS_FILE = "metrics.json"
+TRAINING_DIR = "training"  # checkpoints and logs of the run
+DEFAULT_RECIPE = "arithmetic"
+DEMO_PROBLEM = "1234+4567"
+
+# Settings a recipe TOML may set (flat keys); command-line flags override them.
+DEFAULTS: dict[str, Any] = {
+    "digits": 4,
+    "ops": "+-",
+    "pad_operands": True,
+    "reverse_answer": True,
+    "dim": 128,
+    "heads": 4,
+    "ff_dim": 512,
+    "encoder_layers": 2,
+    "decoder_layers": 2,
+    "dropout": 0.0,
+    "positions": "learned",
+    "norm_first": True,
+    "tie_embeddings": False,
+    "batch_size": 512,
+    "steps_per_epoch": 200,
+    "epochs": 50,
+    "learning_rate": 2e-3,
+    "warmup_steps": 200,
+    "final_lr_ratio": 0.02,
+    "label_smoothing": 0.0,
+    "weight_decay": 0.0,
+    "jit_compile": True,
+    "max_minutes": None,
+    "held_out_size": 10000,
+    "seed": 0,
+}
+
+
+# --- argument parsing ----------------------------------------------------------------------------
+
+
+def register(commands, train_tasks) -> None:
+    """Add ``train arithmetic`` and ``demo`` to the CLI."""
+    train = train_tasks.add_parser(
+        "arithmetic",
+        help="learn multi-digit addition/subtraction from generated problems",
+        description="Train a sequence-to-sequence Transformer on problems like 1234+4567 (answer "
+        "=5801) generated on the fly, then report exact-match and per-character accuracy on held-out "
+        "problems that training never sees (also written to OUT/metrics.json). Settings come from "
+        "--recipe, then the flags below.",
+    )
+    _add_training_flags(train)
+    train.add_argument("--out", required=True, metavar="DIR", help="model folder to write")
+    train.add_argument("--digits", type=int, default=None, metavar="N", help="digits per operand (default 4)")
+    train.add_argument("--ops", default=None, metavar="OPS", help="operators to use, from '+-' (default '+-')")
+    train.add_argument("--epochs", type=int, default=None, metavar="N", help="most epochs (each --steps-per-epoch batches)")
+    train.add_argument("--steps-per-epoch", type=int, default=None, metavar="N", help="batches of fresh problems per epoch")
+    train.add_argument("--batch-size", type=int, default=None, metavar="N", help="problems per batch")
+    train.add_argument("--held-out-size", type=int, default=None, metavar="N", help="held-out problems to score (default 10000)")
+    train.set_defaults(handler=_run_train)
+
+    demo = commands.add_parser(
+        "demo",
+        help="learn 4-digit addition/subtraction in about two minutes, then show it",
+        description="Train the arithmetic model for about two minutes on this CPU with a progress "
+        "bar, print its held-out accuracy and a few solved problems, and draw its attention maps "
+        f"for {DEMO_PROBLEM}.",
+    )
+    demo.add_argument("--minutes", type=float, default=2.0, metavar="M", help="training time (default 2)")
+    demo.add_argument("--out", default="runs/demo", metavar="DIR", help="where to put the model and pictures (default runs/demo)")
+    demo.add_argument("--seed", type=int, default=0, metavar="N", help="random seed (default 0)")
+    demo.set_defaults(handler=_run_demo)
+
+
+def _add_training_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-minutes", type=float, default=None, metavar="M", help="stop training after M minutes")
+    parser.add_argument("--seed", type=int, default=None, metavar="N", help="random seed (default 0)")
+    parser.add_argument(
+        "--recipe", default=DEFAULT_RECIPE, metavar="NAME|PATH",
+        help=f"settings: a shipped recipe name or a TOML file (default {DEFAULT_RECIPE})",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def settings_from(recipe: str | None, overrides: dict[str, Any]) -> dict[str, Any]:
+    """DEFAULTS, then the recipe's keys, then the non-None ``overrides``; unknown keys are errors."""
+    from kformer.training import load_recipe
+
+    settings = dict(DEFAULTS)
+    loaded = load_recipe(recipe) if recipe else {}
+    unknown = sorted(set(loaded) - set(DEFAULTS))
+    if unknown:
+        raise KformerError(f"recipe {recipe} has unknown settings {unknown}; known: {sorted(DEFAULTS)}")
+    settings.update(loaded)
+    settings.update({k: v for k, v in overrides.items() if v is not None})
+    for key in ("batch_size", "steps_per_epoch", "epochs", "held_out_size"):
+        if int(settings[key]) < 1:
+            raise KformerError(f"{key.replace('_', '-')} must be at least 1, not {settings[key]}")
+    if settings["max_minutes"] is not None and float(settings["max_minutes"]) <= 0:
+        raise KformerError(f"--max-minutes must be positive, not {settings['max_minutes']}")
+    return settings
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    settings = settings_from(
+        args.recipe,
+        {
+            "digits": args.digits, "ops": args.ops, "epochs": args.epochs, "steps_per_epoch": args.steps_per_epoch,
+            "batch_size": args.batch_size, "held_out_size": args.held_out_size, "max_minutes": args.max_minutes,
+            "seed": args.seed,
+        },
+    )
+    metrics = train_arithmetic(settings, args.out, progress=not args.quiet)
+    _print_metrics(metrics)
+    print(f"model folder: {args.out}")
+    return 0
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    if args.minutes <= 0:
+        raise KformerError(f"--minutes must be positive, not {args.minutes}")
+    settings = settings_from(DEFAULT_RECIPE, {"max_minutes": args.minutes, "seed": args.seed, "epochs": 10**6})
+    out = Path(args.out)
+    print(f"kformer demo: teaching a Transformer {settings['digits']}-digit addition and subtraction "
+          f"for {args.minutes:g} minutes on this machine ...")
+    metrics = train_arithmetic(settings, out, progress=True)
+    _print_metrics(metrics)
+    model, fmt, _ = load_arithmetic(out)
+    from kformer.data.arithmetic import solve
+
+    examples = [(1234, "+", 4567), (9999, "+", 1), (2026, "-", 4011), (5, "-", 5), (8713, "-", 299)]
+    answers = solve_problems(model, fmt, examples)
+    print("a few problems:")
+    for (a, op, b), answer in zip(examples, answers, strict=True):
+        truth = solve(a, op, b)
+        mark = "right" if answer == truth else f"wrong, it is {truth}"
+        print(f"  {fmt.problem_text(a, op, b):>11} = {answer if answer is not None else '?'}   ({mark})")
+    pictures = draw_attention(model, fmt, DEMO_PROBLEM, out / "attention")
+    print(f"\nmodel folder:        {out}  (kformer.json, {MODEL_FILE}, {METRICS_FILE})")
+    print(f"attention pictures:  {out / 'attention'}  ({len(pictures)} PNGs for {DEMO_PROBLEM})")
+    print(f"training logs:       {out / TRAINING_DIR}")
+    print(f"next: kformer attention {out} \"4321-9876\"   or   kformer train arithmetic --out runs/arith")
+    return 0
+
+
+def _print_metrics(metrics: dict) -> None:
+    print(
+        f"held-out problems: {metrics['held_out_size']:,}  exact match {100 * metrics['exact_match']:.2f}%  "
+        f"per-character {100 * metrics['char_accuracy']:.2f}%  "
+        f"(trained {metrics['train_seconds']:.0f} s on {metrics['examples_seen']:,} problems)"
+    )
+
+
+# --- training ------------------------------------------------------------------------------------
+
+
+def arithmetic_format(settings: dict):
+    from kformer.data.arithmetic import ArithmeticFormat
+
+    return ArithmeticFormat(
+        digits=int(settings["digits"]), ops=str(settings["ops"]),
+        pad_operands=bool(settings["pad_operands"]), reverse_answer=bool(settings["reverse_answer"]),
+    )
+
+
+def build_arithmetic_model(settings: dict, fmt):
+    from kformer.models.seq2seq import Seq2SeqTransformer
+
+    vocab_size = len(fmt.vocabulary)
+    return Seq2SeqTransformer(
+        vocab_size, vocab_size, fmt.source_length, fmt.target_length,
+        dim=int(settings["dim"]), heads=int(settings["heads"]), ff_dim=int(settings["ff_dim"]),
+        encoder_layers=int(settings["encoder_layers"]), decoder_layers=int(settings["decoder_layers"]),
+        dropout=float(settings["dropout"]), positions=settings["positions"],
+        tie_embeddings=bool(settings["tie_embeddings"]), norm_first=bool(settings["norm_first"]),
+    )
+
+
+def train_arithmetic(settings: dict, out_dir, progress: bool = True, command: list[str] | None = None) -> dict:
+    """Train on fresh generated problems, score the held-out set, write the model folder.
+
+    Returns the metrics written to ``out_dir/metrics.json`` (``exact_match``, ``char_accuracy``,
+    sizes, seconds, the command and the settings).
+    """
+
+    from kformer import training
+    from kformer.artifacts import MANIFEST_NAME, save_keras_atomic, staged_folder, write_json_atomic
+    from kformer.models.seq2seq import compile_seq2seq
+
+    out_dir = Path(out_dir)
+    fmt = arithmetic_format(settings)
+    training.set_seed(int(settings["seed"]))
+    held_out = fmt.held_out_problems(int(settings["held_out_size"]), seed=2026)
+
+    model = build_arithmetic_model(settings, fmt)
+    max_minutes = settings["max_minutes"]
+    epochs = int(settings["epochs"])
+    steps = int(settings["steps_per_epoch"])
+    compile_seq2seq(
+        model, float(settings["learning_rate"]), int(settings["warmup_steps"]), None,
+        label_smoothing=float(settings["label_smoothing"]), weight_decay=float(settings["weight_decay"]),
+        jit_compile=bool(settings["jit_compile"]),
+    )
+    schedule = budget_schedule(
+        float(settings["learning_rate"]), int(settings["warmup_steps"]), epochs * steps,
+        None if max_minutes is None else float(max_minutes) * 60.0, float(settings["final_lr_ratio"]),
+    )
+    callbacks: list = [schedule]
+    if progress:
+        callbacks.append(progress_bar(epochs * steps, None if max_minutes is None else float(max_minutes) * 60.0))
+    batches = problem_batches(fmt, int(settings["batch_size"]), steps, seed=int(settings["seed"]) + 2)
+    # Every batch is fresh problems, so the training loss already measures generalisation: no
+    # separate validation set (and no second XLA compilation for it).
+    result = training.fit(
+        model, batches, None,
+        epochs=epochs, out_dir=out_dir / TRAINING_DIR, patience=None, max_minutes=max_minutes, verbose=0,
+        callbacks=callbacks,
+    )
+    steps_done = schedule.steps
+    answers = solve_problems(model, fmt, held_out)
+    from kformer.data.arithmetic import score_answers, solve
+
+    scores = score_answers(answers, [solve(*p) for p in held_out])
+    metrics = {
+        "exact_match": scores["exact_match"],
+        "char_accuracy": scores["char_accuracy"],
+        "held_out_size": scores["n"],
+        "train_seconds": round(result.seconds, 2),
+        "steps": steps_done,
+        "epochs": result.epochs_run,
+        "examples_seen": steps_done * int(settings["batch_size"]),
+        "stopped_by_budget": result.stopped_by_budget,
+        "parameters": int(model.count_params()),
+        "command": list(sys.argv if command is None else command),
+        "recipe": settings,
+    }
+    manifest = {
+        "task": TASK,
+        "model_file": MODEL_FILE,
+        "vocabulary": fmt.vocabulary.to_json(),
+        "format": fmt.to_json(),
+        "recipe": settings,
+        "metrics": {k: metrics[k] for k in ("exact_match", "char_accuracy", "held_out_size", "train_seconds")},
+        "answer_order": "sign, then digits least-significant first" if fmt.reverse_answer else "as written",
+    }
+    with staged_folder(out_dir) as staging:
+        save_keras_atomic(model, staging / MODEL_FILE)
+        write_json_atomic(staging / METRICS_FILE, metrics)
+        write_json_atomic(staging / MANIFEST_NAME, manifest)
+    return metrics
+
+
+def problem_batches(fmt, batch_size: int, steps: int, seed: int):
+    """A ``keras.utils.PyDataset`` of ``steps`` batches of fresh training problems per epoch."""
+    import keras
+    import numpy as np
+
+    class ProblemBatches(keras.utils.PyDataset):
+        def __init__(self):
+            super().__init__()
+            self.rng = np.random.default_rng(seed)
+
+        def __len__(self):
+            return steps
+
+        def __getitem__(self, index):
+            source, target_in, target_out = fmt.encode(*fmt.sample_training(self.rng, batch_size))
+            return {"source": source, "target_in": target_in}, target_out
+
+    return ProblemBatches()
+
+
+def budget_schedule(peak, warmup_steps, total_steps, budget_seconds=None, final_ratio=0.02):
+    """A callback setting the learning rate: linear warmup over ``warmup_steps``, then cosine decay
+    to ``peak * final_ratio`` by whichever comes first, ``total_steps`` or ``budget_seconds`` of
+    training (so a time-bounded run still ends at a low rate). Its ``steps`` counts batches."""
+    import math
+
+    import keras
+
+    class WarmupCosineByBudget(keras.callbacks.Callback):
+        steps = 0
+
+        def on_train_begin(self, logs=None):
+            self.start = time.monotonic()
+
+        def rate(self) -> float:
+            warmup = max(int(warmup_steps), 1)
+            if self.steps < warmup:
+                return peak * (self.steps + 1) / warmup
+            progress = (self.steps - warmup) / max(int(total_steps) - warmup, 1)
+            if budget_seconds:
+                progress = max(progress, (time.monotonic() - self.start) / budget_seconds)
+            floor = peak * final_ratio
+            return floor + (peak - floor) * 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self.model.optimizer.learning_rate.assign(self.rate())
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.steps += 1
+
+    return WarmupCosineByBudget()
+
+
+def progress_bar(total_steps, budget_seconds=None):
+    """A callback drawing a tqdm bar over the time budget (or the steps) with loss and accuracy."""
+    import keras
+    from tqdm.auto import tqdm
+
+    class ProgressBar(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            self.start = time.monotonic()
+            if budget_seconds:
+                self.bar = tqdm(total=round(budget_seconds), unit="s", desc="training", dynamic_ncols=True)
+            else:
+                self.bar = tqdm(total=total_steps, unit="step", desc="training", dynamic_ncols=True)
+
+        def on_train_batch_end(self, batch, logs=None):
+            if batch % 20 == 0:
+                names = {"loss": "loss", "accuracy": "token_acc"}
+                shown = {names[k]: f"{float(v):.4f}" for k, v in (logs or {}).items() if k in names}
+                self.bar.set_postfix(shown, refresh=False)
+            if budget_seconds:
+                self.bar.n = min(round(time.monotonic() - self.start), self.bar.total)
+                self.bar.refresh()
+            else:
+                self.bar.update(1)
+
+        def on_train_end(self, logs=None):
+            if budget_seconds:
+                self.bar.n = self.bar.total
+                self.bar.refresh()
+            self.bar.close()
+
+    return ProgressBar()
+
+
+# --- using a trained model -----------------------------------------------------------------------
+
+
+def load_arithmetic(model_dir):
+    """``(model, format, manifest)`` from a folder written by :func:`train_arithmetic`."""
+    from kformer.artifacts import load_keras_model, read_manifest
+    from kformer.data.arithmetic import ArithmeticFormat
+
+    manifest = read_manifest(model_dir)
+    if manifest.get("task") != TASK:
+        raise KformerError(f"{model_dir} holds a '{manifest.get('task')}' model, not an arithmetic one")
+    try:
+        fmt = ArithmeticFormat(**manifest["format"])
+    except (KeyError, TypeError):
+        raise KformerError(f"{model_dir}/kformer.json has no valid 'format'; retrain the model") from None
+    model = load_keras_model(Path(model_dir) / manifest.get("model_file", MODEL_FILE))
+    return model, fmt, manifest
+
+
+def solve_problems(model, fmt, problems, beam: int = 1, batch_size: int = 1000) -> list[int | None]:
+    """Answer ``[(a, op, b), ...]`` with the model; None where its output is not a number."""
+    from kformer.models.generation import beam_search, greedy_decode
+
+    _check_operands(fmt, problems)
+    answers: list[int | None] = []
+    for start in range(0, len(problems), batch_size):
+        source = fmt.encode_sources(problems[start : start + batch_size])
+        if beam > 1:
+            generated = beam_search(model, source, fmt.target_length, beam_width=beam)
+        else:
+            generated = greedy_decode(model, source, fmt.target_length)
+        answers.extend(fmt.decode_answer(row) for row in generated)
+    return answers
+
+
+def _check_operands(fmt, problems) -> None:
+    limit = 10**fmt.digits
+    for a, op, b in problems:
+        if a >= limit or b >= limit or op not in fmt.ops:
+            raise KformerError(
+                f"{a}{op}{b} is outside what this model learned ({fmt.digits}-digit operands, operators "
+                f"'{fmt.ops}')"
+            )
+
+
+def draw_attention(model, fmt, problem_text: str, out_dir) -> list[Path]:
+    """Solve one problem and draw encoder, decoder-self and cross attention PNGs into ``out_dir``."""
+    import numpy as np
+
+    from kformer.data.arithmetic import parse_problem
+    from kformer.models.generation import greedy_decode
+    from kformer.text.specials import START, START_ID
+    from kformer.viz import plot_attention
+
+    problem = parse_problem(problem_text)
+    _check_operands(fmt, [problem])
+    vocab = fmt.vocabulary
+    source = fmt.encode_sources([problem])
+    generated = greedy_decode(model, source, fmt.target_length)[0]
+    answer_ids = [int(t) for t in generated if t > 3]
+    target_in = np.array([[START_ID, *answer_ids]], dtype="int32")
+    maps = {name: stack[0] for name, stack in model.attention_maps(source, target_in).items()}
+    source_tokens = list(fmt.source_text(*problem))
+    target_tokens = [START] + [vocab.tokens[t] for t in answer_ids]
+    rows = {"encoder": source_tokens, "decoder_self": target_tokens, "cross": target_tokens}
+    cols = {"encoder": source_tokens, "decoder_self": target_tokens, "cross": source_tokens}
+    return plot_attention(maps, rows, cols, out_dir)
+
+
+# --- kformer evaluate / kformer attention for arithmetic folders -----------------------------------
+
+
+def read_problems(path) -> list[tuple[tuple[int, str, int], int]]:
+    """Lines ``1234+4567=5801`` or ``1234+4567<TAB>5801`` (blank lines skipped)."""
+    from kformer.data.arithmetic import parse_problem_line
+    from kformer.data.io import read_text_lines
+
+    rows = []
+    for line_no, line in read_text_lines(path):
+        if not line.strip():
+            continue
+        try:
+            rows.append(parse_problem_line(line))
+        except KformerError as exc:
+            raise KformerError(f"{path}, line {line_no}: {exc}") from None
+    if not rows:
+        raise KformerError(f"{path} has no problems; write lines like 1234+4567=5801")
+    return rows
+
+
+def evaluate(args: argparse.Namespace, manifest: dict) -> int:
+    """``kformer evaluate MODEL_DIR --data FILE`` for arithmetic models."""
+    from kformer.data.arithmetic import score_answers
+
+    rows = read_problems(args.data)
+    if args.limit is not None:
+        rows = rows[: max(args.limit, 0)] or rows[:1]
+    model, fmt, _ = load_arithmetic(args.model_dir)
+    problems = [problem for problem, _ in rows]
+    answers = solve_problems(model, fmt, problems, beam=args.beam, batch_size=max(args.batch_size, 1))
+    expected = [value for _, value in rows]
+    scores = score_answers(answers, expected)
+    wrong = [
+        {"problem": fmt.problem_text(*p), "expected": e, "predicted": a}
+        for p, e, a in zip(problems, expected, answers, strict=True) if a != e
+    ]
+    report = {**scores, "wrong_examples": wrong[:10], "data": str(args.data), "beam": args.beam}
+    if args.out:
+        from kformer.artifacts import write_json_atomic
+
+        write_json_atomic(Path(args.out) / "evaluation.json", report)
+    if args.json:
+        print(json.dumps(report, ensure_ascii=False))
+    else:
+        print(f"problems: {scores['n']:,}  exact match {100 * scores['exact_match']:.2f}%  "
+              f"per-character {100 * scores['char_accuracy']:.2f}%")
+        for item in wrong[:5]:
+            print(f"  wrong: {item['problem']} = {item['predicted']} (expected {item['expected']})")
+    return 0
+
+
+def attention(args: argparse.Namespace, manifest: dict) -> int:
+    """``kformer attention MODEL_DIR "1234+4567"`` for arithmetic models."""
+    model, fmt, _ = load_arithmetic(args.model_dir)
+    out = Path(args.out) if args.out else Path(args.model_dir) / "attention"
+    paths = draw_attention(model, fmt, args.input, out)
+    print(f"wrote {len(paths)} PNGs to {out}:")
+    for path in paths:
+        print(f"  {path}")
+    return 0

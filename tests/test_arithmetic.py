@@ -1,0 +1,125 @@
+"""Arithmetic problems: answer formats, the held-out split, scoring, and the CLI on a tiny model."""
+
+import json
+
+import numpy as np
+import pytest
+
+from kformer.cli import main
+from kformer.data.arithmetic import (
+    ArithmeticFormat,
+    parse_problem,
+    parse_problem_line,
+    score_answers,
+    solve,
+)
+from kformer.errors import KformerError
+from kformer.text.specials import END_ID, START_ID
+
+
+@pytest.mark.parametrize("reverse", [True, False])
+def test_answers_round_trip_including_negatives(reverse):
+    fmt = ArithmeticFormat(digits=4, reverse_answer=reverse)
+    for value in [0, 7, 579, 5801, 19998, -1, -1985, -9999]:
+        text = fmt.answer_text(value)
+        assert len(text) <= fmt.answer_length
+        assert fmt.parse_answer(text) == value
+    assert fmt.parse_answer("") is None and fmt.parse_answer("12a") is None
+
+
+def test_reversed_answers_are_least_significant_first_with_sign_last():
+    fmt = ArithmeticFormat(digits=4)
+    assert fmt.answer_text(5801) == "10850+"
+    assert fmt.answer_text(-1985) == "51089-"  # 100000 - 1985 = 98015, reversed
+    assert fmt.source_text(12, "-", 345) == "0012-0345"
+    assert fmt.problem_text(12, "-", 345) == "12-345"
+
+
+def test_training_never_samples_held_out_problems():
+    fmt = ArithmeticFormat(digits=2)
+    held = fmt.held_out_problems(300)
+    assert len(held) == len(set(held)) == 300
+    assert fmt.is_held_out([p[0] for p in held], [p[1] for p in held], [p[2] for p in held]).all()
+    a, ops, b = fmt.sample_training(np.random.default_rng(0), 20000)
+    assert not fmt.is_held_out(a, ops, b).any()
+    assert not set(zip(a.tolist(), ops.tolist(), b.tolist(), strict=True)) & set(held)
+    # Some 1/8 of all problems are held out, and the split does not depend on the seed.
+    assert 0.08 < fmt.is_held_out(*fmt._draw(np.random.default_rng(1), 20000)).mean() < 0.17
+    assert fmt.held_out_problems(50, seed=3)[0] in set(fmt.held_out_problems(10**6))
+
+
+def test_encode_teacher_forcing_arrays():
+    fmt = ArithmeticFormat(digits=3)
+    source, target_in, target_out = fmt.encode(np.array([12, 999]), np.array(["+", "-"]), np.array([345, 0]))
+    assert source.shape == (2, 7) and target_in.shape == target_out.shape == (2, fmt.target_length)
+    assert (target_in[:, 0] == START_ID).all() and (target_out[:, -1] == END_ID).all()
+    np.testing.assert_array_equal(target_in[:, 1:], target_out[:, :-1])
+    assert fmt.vocabulary.decode(source[0]) == "012+345"
+    assert fmt.decode_answer(target_out[0]) == 357 and fmt.decode_answer(target_out[1]) == 999
+
+
+def test_scores():
+    scores = score_answers([5801, 5811, None, -19], [5801, 5801, 12, -1985])
+    assert scores["exact_match"] == pytest.approx(0.25)
+    # 4/4 + 3/4 + 0/2 + 2/5 characters ("-19" vs "-1985": '-', '1' right).
+    assert scores["char_accuracy"] == pytest.approx((4 + 3 + 0 + 2) / (4 + 4 + 2 + 5))
+
+
+def test_problem_parsing():
+    assert parse_problem(" 1234 + 4567 ") == (1234, "+", 4567)
+    assert parse_problem_line("1234-4567=-3333") == ((1234, "-", 4567), -3333)
+    assert parse_problem_line("9+1\t10") == ((9, "+", 1), 10)
+    for bad in ("12*3", "-5+3", "abc", "12+"):
+        with pytest.raises(KformerError):
+            parse_problem(bad)
+    with pytest.raises(KformerError, match="PROBLEM=ANSWER"):
+        parse_problem_line("1+1")
+
+
+TINY_RECIPE = """
+digits = 2
+dim = 16
+heads = 2
+ff_dim = 32
+encoder_layers = 1
+decoder_layers = 1
+batch_size = 64
+steps_per_epoch = 10
+epochs = 2
+warmup_steps = 2
+jit_compile = false
+held_out_size = 40
+"""
+
+
+def test_cli_train_evaluate_attention_and_errors(tmp_path, capsys):
+    recipe = tmp_path / "tiny.toml"
+    recipe.write_text(TINY_RECIPE)
+    out = tmp_path / "model"
+    assert main(["train", "arithmetic", "--recipe", str(recipe), "--out", str(out), "--quiet"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert 0.0 <= metrics["exact_match"] <= metrics["char_accuracy"] <= 1.0
+    assert metrics["held_out_size"] == 40 and metrics["steps"] == 20 and metrics["recipe"]["digits"] == 2
+    manifest = json.loads((out / "kformer.json").read_text())
+    assert manifest["task"] == "arithmetic" and (out / "model.keras").is_file()
+    assert "exact match" in capsys.readouterr().out
+
+    data = tmp_path / "problems.txt"
+    fmt = ArithmeticFormat(digits=2)
+    problems = fmt.held_out_problems(12)
+    data.write_text("".join(f"{a}{op}{b}={solve(a, op, b)}\n" for a, op, b in problems) + "\n")
+    assert main(["evaluate", str(out), "--data", str(data), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["n"] == 12 and 0.0 <= report["exact_match"] <= 1.0
+
+    pictures = tmp_path / "pics"
+    assert main(["attention", str(out), "12+34", "--out", str(pictures)]) == 0
+    names = {p.name for p in pictures.iterdir()}
+    assert {"encoder_layer1.png", "encoder_grid.png", "decoder_self_grid.png", "cross_layer1.png"} <= names
+
+    assert main(["attention", str(out), "123+4"]) == 2  # wider than the model's 2 digits
+    assert "outside what this model learned" in capsys.readouterr().err
+    data.write_text("1+1=2\nnot a problem\n")
+    assert main(["evaluate", str(out), "--data", str(data)]) == 2
+    assert "line 2" in capsys.readouterr().err
+    assert main(["train", "arithmetic", "--out", str(tmp_path / "x"), "--ops", "*"]) == 2

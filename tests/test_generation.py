@@ -1,0 +1,129 @@
+"""Greedy and beam decoding: cache = full recomputation, beam 1 = greedy, beam finds the best sequence."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from kformer.errors import KformerError
+from kformer.models import generation
+from kformer.models.generation import beam_search, greedy_decode, strip_special
+from kformer.models.seq2seq import Seq2SeqTransformer
+from kformer.text.specials import END_ID, PAD_ID, START_ID
+
+SOURCE = np.array([[5, 6, 7, 8, 0, 0], [9, 4, 4, 0, 0, 0], [6, 6, 5, 9, 8, 7]], dtype="int32")
+
+
+def _model(vocab=12, seed=0, **overrides):
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    settings = dict(dim=16, heads=2, ff_dim=32, encoder_layers=1, decoder_layers=2, dropout=0.0)
+    settings.update(overrides)
+    return Seq2SeqTransformer(10, vocab, 8, 9, **settings)
+
+
+def _sharpen(model, scale=4.0):
+    """Scale the output layer so the random model is confident (long, varied outputs, END reachable)."""
+    kernel, bias = model.output_projection.get_weights()
+    bias[END_ID] -= 1.0  # delay END a little so sequences are several tokens long
+    model.output_projection.set_weights([kernel * scale, bias])
+    return model
+
+
+@pytest.fixture(scope="module")
+def model():
+    """Decoded through the graph-compiled step functions (the default)."""
+    return _sharpen(_model())
+
+
+@pytest.fixture
+def eager(monkeypatch):
+    """Run the decoding steps eagerly: no tracing, quicker for models used only a few times."""
+    monkeypatch.setattr(generation, "COMPILE", False)
+
+
+def _check_contract(tokens, max_length):
+    assert tokens.dtype == np.int32 and tokens.ndim == 2 and tokens.shape[1] <= max_length
+    for row in tokens:
+        ends = np.nonzero(row == END_ID)[0]
+        if len(ends):
+            assert (row[ends[0] + 1 :] == PAD_ID).all()
+            assert (row[: ends[0]] != PAD_ID).all()
+        assert not (row == START_ID).any()
+
+
+def test_cached_greedy_equals_full_recomputation(model):
+    cached = greedy_decode(model, SOURCE, 9)
+    full = greedy_decode(model, SOURCE, 9, use_cache=False)
+    np.testing.assert_array_equal(cached, full)
+    _check_contract(cached, 9)
+    assert cached.shape[1] >= 3  # the check covers several cached steps
+
+
+def test_greedy_without_stopping_runs_max_length(model):
+    tokens = greedy_decode(model, SOURCE, 9, stop_at_end=False)
+    assert tokens.shape[1] <= 9
+    np.testing.assert_array_equal(tokens, greedy_decode(model, SOURCE, 9, use_cache=False, stop_at_end=False))
+
+
+@pytest.mark.parametrize("width", [2, 4])
+def test_cached_beam_equals_full_recomputation(model, width):
+    cached = beam_search(model, SOURCE, 9, beam_width=width)
+    full = beam_search(model, SOURCE, 9, beam_width=width, use_cache=False)
+    np.testing.assert_array_equal(cached, full)
+    _check_contract(cached, 9)
+
+
+def test_beam_width_one_is_greedy(model):
+    np.testing.assert_array_equal(beam_search(model, SOURCE, 9, beam_width=1), greedy_decode(model, SOURCE, 9))
+
+
+def test_batched_beam_equals_one_example_at_a_time(eager):
+    model = _sharpen(_model(seed=5))
+    batched = beam_search(model, SOURCE, 9, beam_width=3)
+    for row, source in enumerate(SOURCE):
+        single = beam_search(model, source[None], 9, beam_width=3)[0]
+        assert strip_special(single) == strip_special(batched[row])
+
+
+def _sequence_log_probs(model, source, sequences):
+    """Sum of log p(token | prefix) of each sequence, by one full forward pass over all of them
+    (padded: the decoder is causal, so later padding cannot change earlier positions)."""
+    width = max(len(seq) for seq in sequences)
+    target_in = np.zeros((len(sequences), width), dtype="int32")
+    for row, seq in enumerate(sequences):
+        target_in[row, : len(seq)] = [START_ID, *seq[:-1]]
+    sources = np.repeat(source[None], len(sequences), axis=0)
+    logits = np.asarray(model({"source": sources, "target_in": target_in}), dtype="float64")
+    logits[..., [PAD_ID, START_ID]] = -np.inf
+    top = logits.max(-1, keepdims=True)
+    logp = logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
+    return [float(sum(logp[row, i, t] for i, t in enumerate(seq))) for row, seq in enumerate(sequences)]
+
+
+def test_beam_search_finds_the_best_sequence_by_brute_force(eager):
+    # Vocabulary: PAD UNK START END + 2 tokens; emittable: UNK(1), END(3), 4, 5. Max length 3.
+    tiny = _sharpen(_model(vocab=6, seed=3), scale=3.0)
+    words = [1, 4, 5]
+    max_length = 3
+    candidates = [[*seq, END_ID] for n in range(max_length) for seq in itertools.product(words, repeat=n)]
+    candidates += [list(seq) for seq in itertools.product(words, repeat=max_length)]  # cut off, no END
+    for source in SOURCE[:2]:
+        log_probs = _sequence_log_probs(tiny, source, candidates)
+        for length_penalty in (0.0, 1.0):
+            normalised = [lp / ((5.0 + len(seq)) / 6.0) ** length_penalty for lp, seq in zip(log_probs, candidates, strict=True)]
+            best = candidates[int(np.argmax(normalised))]
+            # A beam wider than all prefixes keeps every candidate, so it must return the best one.
+            found = beam_search(tiny, source[None], max_length, beam_width=64, length_penalty=length_penalty)[0]
+            assert strip_special(found) == strip_special(best)
+            assert list(found[: len(best)]) == best
+
+
+def test_bad_lengths_and_widths_are_clear_errors(model, eager):
+    with pytest.raises(KformerError, match="max length"):
+        greedy_decode(model, SOURCE, 10)
+    with pytest.raises(KformerError, match="beam width"):
+        beam_search(model, SOURCE, 5, beam_width=0)
+    with pytest.raises(KformerError, match="source ids"):
+        greedy_decode(model, np.zeros((0, 3), "int32"), 5)
