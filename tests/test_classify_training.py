@@ -110,3 +110,20 @@ def test_quick_run_on_a_slice_of_real_tickets(shared_data, tmp_path):
     assert test["n"] == 500 and test["accuracy"] >= 0.6
     labels = json.loads((out / "kformer.json").read_text(encoding="utf-8"))["labels"]
     assert "Administrative rights" in labels and "HR Support" in labels
+
+
+def test_bert_scratch_backbone_with_valid_file_class_weights_and_smoothing(tickets, tmp_path):
+    from kformer.models.classifier import load_classifier, predict_texts
+
+    valid = write_tickets(tmp_path / "valid.csv", 30, seed=9)
+    out = tmp_path / "bert"
+    assert main(["train", "classify", "--data", str(tickets), "--valid", str(valid), "--out", str(out),
+                 "--backbone", "bert-scratch", "--epochs", "1", "--class-weights", "--label-smoothing", "0.1",
+                 *TINY]) == 0
+    manifest = json.loads((out / "kformer.json").read_text(encoding="utf-8"))
+    assert manifest["kind"] == "bert" and manifest["recipe"]["class_weights"] is True
+    assert _metrics(out)["splits"] == {"train": 240, "valid": 30, "test": 0, "dropped_empty": 0}
+    classifier = load_classifier(out)  # a KerasHub BertTextClassifier that takes raw strings
+    (result,) = predict_texts(classifier, ["my laptop will not boot"], top_k=3)
+    assert result["label"] in TICKET_QUEUES
+    assert sum(t["probability"] for t in result["top_k"]) == pytest.approx(1.0, abs=1e-4)
