@@ -316,3 +316,14 @@ def _encoder_decoder_model(positions):
     model = keras.Model([source, target], keras.layers.Dense(30)(decoded))
     ids = [np.array([[3, 4, 5, 0]]), np.array([[2, 7, 8]])]
     return model, ids
+
+
+def test_cross_attention_cache_from_masked_encoder_output_does_not_warn():
+    embedding = TokenAndPositionEmbedding(30, 8, 16)
+    encoder_outputs = EncoderBlock(16, 2, 32)(embedding(np.array([[4, 5, 0]])))
+    block = DecoderBlock(16, 2, 32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cache = block.cross_attention_cache(encoder_outputs)
+    assert tuple(cache.shape) == (1, 2, 3, 2, 8)
+    assert not [w for w in caught if "destroy" in str(w.message)]
