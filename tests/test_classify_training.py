@@ -70,7 +70,17 @@ def test_recipe_errors_are_one_line(tickets, tmp_path, capsys):
     recipe.write_text("epochs = 2\nlayers = 3\n", encoding="utf-8")
     assert main(["train", "classify", "--data", str(tickets), "--recipe", str(recipe), "--out", str(tmp_path / "b")]) == 2
     assert "unknown setting(s) layers" in capsys.readouterr().err
+    recipe.write_text('epochs = "ten"\n', encoding="utf-8")
+    assert main(["train", "classify", "--data", str(tickets), "--recipe", str(recipe), "--out", str(tmp_path / "b")]) == 2
+    assert "setting epochs = 'ten' is not a number" in capsys.readouterr().err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    kept = tmp_path / "existing" / "training"
+    kept.mkdir(parents=True)
+    (kept / "state.json").write_text("{}", encoding="utf-8")
+    assert main(["train", "classify", "--data", str(tickets), "--backbone", str(tmp_path / "nope"),
+                 "--out", str(kept.parent)]) == 2
+    assert "no such folder" in capsys.readouterr().err
+    assert (kept / "state.json").is_file()  # a bad flag never touches an existing folder
 
 
 def test_shipped_recipes_only_use_known_settings():

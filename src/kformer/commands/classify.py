@@ -115,9 +115,26 @@ def resolve_settings(args: argparse.Namespace) -> dict[str, Any]:
         value = getattr(args, key, None)
         if value is not None:
             settings[key] = value
+    numbers = {"vocab_size": int, "max_length": int, "epochs": int, "batch_size": int, "patience": int, "seed": int,
+               "dim": int, "heads": int, "ff_dim": int, "blocks": int, "warmup": float, "weight_decay": float,
+               "label_smoothing": float, "valid_fraction": float, "dropout": float}
+    for key, kind in numbers.items():
+        try:
+            settings[key] = kind(settings[key])
+        except (TypeError, ValueError):
+            raise KformerError(f"setting {key} = {settings[key]!r} is not a number") from None
     for key in ("epochs", "max_length", "batch_size", "vocab_size"):
-        if int(settings[key]) < 1:
+        if settings[key] < 1:
             raise KformerError(f"--{key.replace('_', '-')} must be at least 1")
+    choices = {"tokenizer": ("word", "wordpiece"), "truncation": ("head", "tail", "head_tail"),
+               "decay": ("cosine", "linear", "none"), "positions": ("learned", "sinusoidal")}
+    for key, allowed in choices.items():
+        if settings[key] not in allowed:
+            raise KformerError(f"setting {key} = {settings[key]!r} is not one of {', '.join(allowed)}")
+    if settings["backbone"] not in SCRATCH_BACKBONES:
+        from kformer.models.pretrained import backbone_source
+
+        backbone_source(str(settings["backbone"]))  # a missing package or folder fails before any writing
     if settings["learning_rate"] is None:
         settings["learning_rate"] = 1e-3 if settings["backbone"] in SCRATCH_BACKBONES else 5e-5
     return settings
@@ -176,8 +193,7 @@ def _prepare_training_dir(out: Path, resume: bool) -> Path:
 
 
 def _build(settings, labels, train_texts, state_dir: Path, resume: bool):
-    """The compiled model, its training inputs maker, the vocabulary (or None) and the kind."""
-
+    """The (uncompiled) model, its vocabulary (None for pretrained backbones) and its kind."""
     from kformer.artifacts import write_json_atomic
     from kformer.models.classifier import build_encoder_classifier
     from kformer.models.pretrained import build_bert_classifier
