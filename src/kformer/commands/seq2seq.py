@@ -30,19 +30,20 @@ DEFAULTS: dict[str, Any] = {
     "ops": "+-",
     "pad_operands": True,
     "reverse_answer": True,
-    "dim": 128,
+    "source_style": "columns",
+    "dim": 64,
     "heads": 4,
-    "ff_dim": 512,
+    "ff_dim": 256,
     "encoder_layers": 2,
     "decoder_layers": 2,
     "dropout": 0.0,
     "positions": "learned",
     "norm_first": True,
     "tie_embeddings": False,
-    "batch_size": 512,
+    "batch_size": 128,
     "steps_per_epoch": 200,
     "epochs": 50,
-    "learning_rate": 2e-3,
+    "learning_rate": 3e-3,
     "warmup_steps": 200,
     "final_lr_ratio": 0.02,
     "label_smoothing": 0.0,
@@ -178,6 +179,7 @@ def arithmetic_format(settings: dict):
     return ArithmeticFormat(
         digits=int(settings["digits"]), ops=str(settings["ops"]),
         pad_operands=bool(settings["pad_operands"]), reverse_answer=bool(settings["reverse_answer"]),
+        source_style=str(settings["source_style"]),
     )
 
 
@@ -416,7 +418,7 @@ def draw_attention(model, fmt, problem_text: str, out_dir) -> list[Path]:
     answer_ids = [int(t) for t in generated if t > 3]
     target_in = np.array([[START_ID, *answer_ids]], dtype="int32")
     maps = {name: stack[0] for name, stack in model.attention_maps(source, target_in).items()}
-    source_tokens = list(fmt.source_text(*problem))
+    source_tokens = fmt.source_tokens(*problem)
     target_tokens = [START] + [vocab.tokens[t] for t in answer_ids]
     rows = {"encoder": source_tokens, "decoder_self": target_tokens, "cross": target_tokens}
     cols = {"encoder": source_tokens, "decoder_self": target_tokens, "cross": source_tokens}

@@ -7,6 +7,10 @@ What the model reads and writes is set by :class:`ArithmeticFormat`:
 
 - ``pad_operands``: operands zero-padded to ``digits`` (``0012+0345``) so every digit sits at a
   fixed position.
+- ``source_style``: ``"chars"`` (``0012+0345``), ``"interleaved"`` (the operator, then the two
+  digits of each place side by side, ones first: ``1234+45`` -> ``+ 4 5 3 4 2 0 1 0``) or
+  ``"columns"`` (the operator, then one token per place holding both digits, ones first, like
+  the columns of written addition: ``+ 4|5 3|4 2|0 1|0``).
 - ``reverse_answer``: the model writes the answer's ``digits + 1`` digits least-significant first,
   the order in which carries and borrows are worked out by hand, then its sign. A negative answer
   is written in ten's complement, as hand subtraction leaves it when the last borrow is
@@ -31,6 +35,9 @@ from kformer.text.specials import END_ID, START_ID
 
 OPERATORS = "+-"
 CHARACTERS = "0123456789+-"
+SOURCE_STYLES = ("chars", "interleaved", "columns")
+# One token per place ("column" of written addition): the two digits, e.g. "4|7".
+COLUMN_TOKENS = tuple(f"{x}|{y}" for x in range(10) for y in range(10))
 _OP_CODES = {"+": 1, "-": 2}
 
 
@@ -42,20 +49,25 @@ class ArithmeticFormat:
     ops: str = "+-"
     pad_operands: bool = True
     reverse_answer: bool = True
+    source_style: str = "chars"
 
     def __post_init__(self):
         if not 1 <= int(self.digits) <= 12:
             raise KformerError(f"--digits must be between 1 and 12, not {self.digits}")
+        if self.source_style not in SOURCE_STYLES:
+            raise KformerError(f"source_style must be one of {', '.join(SOURCE_STYLES)}, not {self.source_style!r}")
+        if self.source_style != "chars" and not self.pad_operands:
+            raise KformerError(f"source_style '{self.source_style}' needs pad_operands = true")
         if not self.ops or any(op not in OPERATORS for op in self.ops) or len(set(self.ops)) != len(self.ops):
             raise KformerError(f"--ops must be made of distinct '+' and '-' characters, not {self.ops!r}")
 
     @property
     def vocabulary(self) -> CharVocabulary:
-        return CharVocabulary(CHARACTERS)
+        return CharVocabulary(CHARACTERS, COLUMN_TOKENS if self.source_style == "columns" else ())
 
     @property
     def source_length(self) -> int:
-        return 2 * self.digits + 1
+        return self.digits + 1 if self.source_style == "columns" else 2 * self.digits + 1
 
     @property
     def answer_length(self) -> int:
@@ -81,11 +93,14 @@ class ArithmeticFormat:
         """What people read: ``1234+45``."""
         return f"{a}{op}{b}"
 
-    def source_text(self, a: int, op: str, b: int) -> str:
-        """What the encoder reads: ``1234+0045`` with ``pad_operands``."""
-        if self.pad_operands:
-            return f"{a:0{self.digits}d}{op}{b:0{self.digits}d}"
-        return f"{a}{op}{b}"
+    def source_tokens(self, a: int, op: str, b: int) -> list[str]:
+        """What the encoder reads, token by token (see ``source_style``)."""
+        if self.source_style == "chars":
+            return list(f"{a:0{self.digits}d}{op}{b:0{self.digits}d}" if self.pad_operands else f"{a}{op}{b}")
+        places = zip(f"{a:0{self.digits}d}"[::-1], f"{b:0{self.digits}d}"[::-1], strict=True)
+        if self.source_style == "interleaved":
+            return [op, *(digit for place in places for digit in place)]
+        return [op, *(f"{x}|{y}" for x, y in places)]
 
     def answer_text(self, value: int) -> str:
         """What the decoder writes for ``value``: ``10850+`` / ``51089-`` (reversed) or ``5801``."""
@@ -120,7 +135,7 @@ class ArithmeticFormat:
         target_in = np.zeros((n, self.target_length), dtype="int32")
         target_out = np.zeros((n, self.target_length), dtype="int32")
         for row, (x, op, y) in enumerate(zip(np.asarray(a).tolist(), ops, np.asarray(b).tolist(), strict=True)):
-            src = vocab.encode(self.source_text(x, op, y))
+            src = vocab.encode_tokens(self.source_tokens(x, op, y))
             source[row, : len(src)] = src
             answer = vocab.encode(self.answer_text(solve(x, op, y)))
             target_in[row, 0] = START_ID
@@ -166,16 +181,19 @@ class ArithmeticFormat:
             a[bad], ops[bad], b[bad] = a2, ops2, b2
 
     def held_out_problems(self, n: int, seed: int = 2026) -> list[tuple[int, str, int]]:
-        """``n`` distinct problems from the held-out slice (fewer if the slice is smaller)."""
+        """``n`` distinct problems from the held-out slice (all of it, shuffled, if it is smaller)."""
         rng = np.random.default_rng(seed)
-        pool = len(self.ops) * 10 ** (2 * self.digits) // self.holdout_modulus
+        high = 10**self.digits
+        if len(self.ops) * high * high <= 4_000_000:  # small space: list the whole slice
+            a, b = (grid.ravel() for grid in np.meshgrid(np.arange(high), np.arange(high), indexing="ij"))
+            a, b = np.tile(a, len(self.ops)), np.tile(b, len(self.ops))
+            ops = np.repeat(np.array(list(self.ops)), high * high)
+            keep = rng.permutation(np.nonzero(self.is_held_out(a, ops, b))[0])[:n]
+            return [(int(a[i]), str(ops[i]), int(b[i])) for i in keep]
         chosen: dict[tuple[int, str, int], None] = {}
-        tries = 0
-        while len(chosen) < min(n, pool) and tries < 100:
-            tries += 1
+        while len(chosen) < n:
             a, ops, b = self._draw(rng, 1_000_000)
-            keep = np.nonzero(self.is_held_out(a, ops, b))[0]
-            for i in keep.tolist():
+            for i in np.nonzero(self.is_held_out(a, ops, b))[0].tolist():
                 chosen.setdefault((int(a[i]), str(ops[i]), int(b[i])), None)
                 if len(chosen) >= n:
                     break

@@ -9,29 +9,33 @@ from kformer.text.specials import END_ID, PAD_ID, SPECIAL_TOKENS, START_ID, UNK_
 
 
 class CharVocabulary:
-    """Maps characters to ids: ``[PAD], [UNK], [START], [END]`` get 0..3, then ``characters``.
+    """Maps characters to ids: ``[PAD], [UNK], [START], [END]`` get 0..3, then ``characters``,
+    then any ``extra_tokens`` (multi-character tokens, used through :meth:`encode_tokens`).
 
     Args:
         characters: the characters of the vocabulary, each once, in id order.
+        extra_tokens: further tokens after the characters.
     """
 
-    def __init__(self, characters: str | Sequence[str]):
+    def __init__(self, characters: str | Sequence[str], extra_tokens: Sequence[str] = ()):
         characters = list(characters)
-        if len(set(characters)) != len(characters) or any(len(c) != 1 for c in characters):
-            raise KformerError("a character vocabulary needs distinct single characters")
-        self.tokens: list[str] = [*SPECIAL_TOKENS, *characters]
+        if any(len(c) != 1 for c in characters):
+            raise KformerError("a character vocabulary needs single characters (use extra_tokens for longer ones)")
+        self.tokens: list[str] = [*SPECIAL_TOKENS, *characters, *extra_tokens]
+        if len(set(self.tokens)) != len(self.tokens):
+            raise KformerError("vocabulary tokens must be distinct")
         self._ids = {c: i for i, c in enumerate(self.tokens)}
 
     def __len__(self) -> int:
         return len(self.tokens)
 
-    @property
-    def characters(self) -> str:
-        return "".join(self.tokens[len(SPECIAL_TOKENS):])
-
     def encode(self, text: str, start: bool = False, end: bool = False) -> list[int]:
-        """Text -> ids (unknown characters -> ``[UNK]``), optionally wrapped in START/END."""
-        ids = [self._ids.get(c, UNK_ID) for c in text]
+        """Text -> ids, one per character (unknown -> ``[UNK]``), optionally wrapped in START/END."""
+        return self.encode_tokens(list(text), start=start, end=end)
+
+    def encode_tokens(self, tokens: Sequence[str], start: bool = False, end: bool = False) -> list[int]:
+        """Tokens -> ids (unknown -> ``[UNK]``), optionally wrapped in START/END."""
+        ids = [self._ids.get(t, UNK_ID) for t in tokens]
         return ([START_ID] if start else []) + ids + ([END_ID] if end else [])
 
     def decode(self, ids: Iterable[int]) -> str:
@@ -54,4 +58,6 @@ class CharVocabulary:
     def from_json(cls, tokens: Sequence[str]) -> CharVocabulary:
         if list(tokens[: len(SPECIAL_TOKENS)]) != list(SPECIAL_TOKENS):
             raise KformerError("vocabulary does not start with the special tokens; the model folder is damaged")
-        return cls(tokens[len(SPECIAL_TOKENS):])
+        rest = list(tokens[len(SPECIAL_TOKENS):])
+        split = next((i for i, t in enumerate(rest) if len(t) != 1), len(rest))
+        return cls(rest[:split], rest[split:])
