@@ -67,6 +67,8 @@ class DecoderBlock(ResidualBlock):
     def cross_attention_cache(self, encoder_outputs):
         """``(batch, S, dim)`` -> ``(batch, 2, S, heads, dim // heads)``: encoder keys and values."""
         encoder_outputs = drop_keras_mask(encoder_outputs)
+        if not self.built:
+            self.build(ops.shape(encoder_outputs), ops.shape(encoder_outputs))
         keys = self.cross_attention._key_dense(encoder_outputs)
         values = self.cross_attention._value_dense(encoder_outputs)
         return ops.stack((keys, values), axis=1)
