@@ -44,7 +44,7 @@ DEFAULTS: dict[str, Any] = {
     "steps_per_epoch": 200,
     "epochs": 50,
     "learning_rate": 3e-3,
-    "warmup_steps": 200,
+    "warmup_steps": 100,
     "final_lr_ratio": 0.02,
     "label_smoothing": 0.0,
     "weight_decay": 0.0,
@@ -292,8 +292,10 @@ def problem_batches(fmt, batch_size: int, steps: int, seed: int):
 
 def budget_schedule(peak, warmup_steps, total_steps, budget_seconds=None, final_ratio=0.02):
     """A callback setting the learning rate: linear warmup over ``warmup_steps``, then cosine decay
-    to ``peak * final_ratio`` by whichever comes first, ``total_steps`` or ``budget_seconds`` of
-    training (so a time-bounded run still ends at a low rate). Its ``steps`` counts batches."""
+    to ``peak * final_ratio`` by whichever comes first, ``total_steps`` or the end of
+    ``budget_seconds`` of training (so a time-bounded run still ends at a low rate). The clock
+    for the budget starts after the first batch, whose time (graph tracing / XLA compilation)
+    is taken off the budget rather than off the decay. Its ``steps`` counts batches."""
     import math
 
     import keras
@@ -302,15 +304,16 @@ def budget_schedule(peak, warmup_steps, total_steps, budget_seconds=None, final_
         steps = 0
 
         def on_train_begin(self, logs=None):
-            self.start = time.monotonic()
+            self.began = time.monotonic()
+            self.start, self.budget = None, budget_seconds
 
         def rate(self) -> float:
             warmup = max(int(warmup_steps), 1)
             if self.steps < warmup:
                 return peak * (self.steps + 1) / warmup
             progress = (self.steps - warmup) / max(int(total_steps) - warmup, 1)
-            if budget_seconds:
-                progress = max(progress, (time.monotonic() - self.start) / budget_seconds)
+            if self.budget and self.start is not None:
+                progress = max(progress, (time.monotonic() - self.start) / max(self.budget, 1e-3))
             floor = peak * final_ratio
             return floor + (peak - floor) * 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
 
@@ -319,6 +322,10 @@ def budget_schedule(peak, warmup_steps, total_steps, budget_seconds=None, final_
 
         def on_train_batch_end(self, batch, logs=None):
             self.steps += 1
+            if self.start is None:
+                self.start = time.monotonic()
+                if budget_seconds:
+                    self.budget = budget_seconds - (self.start - self.began)
 
     return WarmupCosineByBudget()
 
