@@ -101,10 +101,10 @@ def register(commands, train_tasks) -> None:
 
 def resolve_settings(args: argparse.Namespace) -> dict[str, Any]:
     """DEFAULTS, then the recipe, then flags given on the command line."""
-    from kformer.training import load_recipe
-
     settings = dict(DEFAULTS)
     if args.recipe:
+        from kformer.training import load_recipe
+
         recipe = load_recipe(args.recipe)
         unknown = sorted(set(recipe) - set(DEFAULTS))
         if unknown:
@@ -150,6 +150,8 @@ def _read_files(args):
 
     train = read_labelled(args.data, args.text_column, args.label_column)
     valid = read_labelled(args.valid, args.text_column, args.label_column) if args.valid else None
+    if len(set(train.labels)) < 2:
+        raise KformerError(f"{args.data} has a single label '{train.labels[0]}'; a classifier needs at least two")
     if valid is None:
         check_label_counts(train.labels, 2, "a stratified hold-out needs")
     test = read_labelled(args.test, args.text_column, args.label_column) if args.test else None
@@ -165,8 +167,6 @@ def _load_splits(args, files, settings):
         valid = type(train)([train.texts[i] for i in held], [train.labels[i] for i in held], f"{train.source} (hold-out)")
         train = type(train)([train.texts[i] for i in keep], [train.labels[i] for i in keep], train.source, train.dropped)
     labels = sorted(set(train.labels))
-    if len(labels) < 2:
-        raise KformerError(f"{args.data} has a single label '{labels[0]}'; a classifier needs at least two")
     unseen = sorted(set(valid.labels) - set(labels))
     if unseen:
         raise KformerError(f"validation label(s) {', '.join(repr(u) for u in unseen[:5])} never occur in the training data; fix --valid")
