@@ -244,6 +244,17 @@ def _compile(model, settings, steps_per_epoch: int) -> None:
     )
 
 
+def _string_batches(texts, y, weights, batch_size: int, shuffle: bool, seed: int = 0):
+    """``tf.data`` batches of ``(texts, one-hot y[, weights])``, reshuffled every epoch when ``shuffle``."""
+    import tensorflow as tf
+
+    parts = (texts, y) if weights is None else (texts, y, weights)
+    data = tf.data.Dataset.from_tensor_slices(parts)
+    if shuffle:
+        data = data.shuffle(len(texts), seed=seed, reshuffle_each_iteration=True)
+    return data.batch(batch_size)
+
+
 def _strip_optimizer(model) -> None:
     """Recompile with an unbuilt optimizer so the saved model carries no optimizer state."""
     import keras
@@ -327,13 +338,16 @@ def train_classifier(args: argparse.Namespace) -> dict:
 
             weights = compute_class_weight("balanced", classes=np.array(labels), y=np.array(train.labels))
             class_weight = {i: float(w) for i, w in enumerate(weights)}
-        train_data, valid_data = (x_train, y_train), (x_valid, y_valid)
         if kind == "encoder":  # batches of similar length, cut to their longest text
             weights = None if class_weight is None else np.array([class_weight[index[lb]] for lb in train.labels], "float32")
             train_data = BucketedBatches(x_train, y_train, batch_size, shuffle=True, seed=int(settings["seed"]),
                                          sample_weight=weights).dataset()
             valid_data = BucketedBatches(x_valid, y_valid, max(batch_size, 64), shuffle=False).dataset()
-            class_weight = None
+        else:  # KerasHub tasks do not shuffle arrays themselves: a shuffled tf.data pipeline of strings
+            weights = None if class_weight is None else np.array([class_weight[index[lb]] for lb in train.labels], "float32")
+            train_data = _string_batches(x_train, y_train, weights, batch_size, shuffle=True, seed=int(settings["seed"]))
+            valid_data = _string_batches(x_valid, y_valid, None, max(batch_size, 64), shuffle=False)
+        class_weight = None
         result = fit(
             model, train_data, valid_data, epochs=int(settings["epochs"]), out_dir=state_dir,
             patience=int(settings["patience"]), max_minutes=args.max_minutes, resume=args.resume,
