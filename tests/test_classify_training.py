@@ -137,3 +137,18 @@ def test_bert_scratch_backbone_with_valid_file_class_weights_and_smoothing(ticke
     (result,) = predict_texts(classifier, ["my laptop will not boot"], top_k=3)
     assert result["label"] in TICKET_QUEUES
     assert sum(t["probability"] for t in result["top_k"]) == pytest.approx(1.0, abs=1e-4)
+
+
+def test_bert_path_batches_are_shuffled_every_epoch():
+    import numpy as np
+
+    from kformer.commands.classify import _string_batches
+
+    texts = np.array([f"text {i}" for i in range(100)])
+    y = np.eye(2, dtype="float32")[[0] * 50 + [1] * 50]  # sorted by label, like IMDB's files
+    data = _string_batches(texts, y, None, 10, shuffle=True, seed=1)
+    epochs = [[row for x, _ in data for row in x.numpy().tolist()] for _ in range(2)]
+    assert sorted(epochs[0]) == sorted(epochs[1]) == sorted(t.encode() for t in texts)
+    assert epochs[0] != epochs[1] and epochs[0] != [t.encode() for t in texts]
+    first_batch_labels = next(iter(data))[1].numpy().argmax(axis=1)
+    assert 0 < first_batch_labels.sum() < 10
