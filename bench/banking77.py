@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from bench.baselines import RATIO_KEYS, kformer_run, linear_baseline, load
-from bench.harness import record_results, require_shared_data
+from bench.baselines import kformer_run, linear_baseline, load, report
+from bench.harness import require_shared_data
 
 
 def main() -> None:
@@ -33,7 +33,7 @@ def main() -> None:
         "loading the saved model folder. Targets: TF-IDF+SVM 90.6 %, kformer from scratch >= 88 %, "
         "pretrained backbone >= 94 %."
     )
-    record_results("BANKING77 intents (issue 3)", rows, notes=notes, baseline=rows[0]["system"], ratio_keys=RATIO_KEYS)
+    report("BANKING77 intents", rows, notes)
 
 
 if __name__ == "__main__":

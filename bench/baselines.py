@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.harness import ROOT, Timer
+from bench.harness import ROOT, Timer, record_results
 
 RATIO_KEYS = ("accuracy", "macro_f1", "train_s", "texts_per_s")
 
@@ -91,3 +91,8 @@ def kformer_run(name: str, train_path: Path, test_path: Path, flags: list[str], 
         "epochs": metrics["epochs_run"],
         "run_wall_s": wall,
     }
+
+
+def report(title: str, rows: list[dict], notes: str) -> None:
+    """Record ``rows`` (the first is the linear baseline) with ratios against that baseline."""
+    record_results(f"{title} (issue 3)", rows, notes=notes, baseline=rows[0]["system"], ratio_keys=RATIO_KEYS)

@@ -13,8 +13,8 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from bench.baselines import RATIO_KEYS, kformer_run, linear_baseline, load
-from bench.harness import record_results, require_shared_data
+from bench.baselines import kformer_run, linear_baseline, load, report
+from bench.harness import require_shared_data
 
 LESSON_RECIPE = """\
 backbone = "scratch"
@@ -63,7 +63,7 @@ def main() -> None:
         "on 5,000 test reviews after loading the saved model folder. Targets: lesson 86.2 %, "
         "TF-IDF+LR 90.6 %, kformer imdb recipe >= 89 %."
     )
-    record_results("IMDB sentiment (issue 3)", rows, notes=notes, baseline=rows[0]["system"], ratio_keys=RATIO_KEYS)
+    report("IMDB sentiment", rows, notes)
 
 
 if __name__ == "__main__":

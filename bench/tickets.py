@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import argparse
 
-from bench.baselines import RATIO_KEYS, kformer_run, linear_baseline, load
-from bench.harness import record_results, require_shared_data
+from bench.baselines import kformer_run, linear_baseline, load, report
+from bench.harness import require_shared_data
 
 
 def main() -> None:
@@ -26,7 +26,7 @@ def main() -> None:
         "texts_per_s = prediction throughput after loading the saved model folder. "
         "Targets: TF-IDF+SVM 86.1 %, kformer >= 88 %."
     )
-    record_results("IT helpdesk tickets (issue 3)", rows, notes=notes, baseline=rows[0]["system"], ratio_keys=RATIO_KEYS)
+    report("IT helpdesk tickets", rows, notes)
 
 
 if __name__ == "__main__":
