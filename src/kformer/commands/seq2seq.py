@@ -414,7 +414,7 @@ def draw_attention(model, fmt, problem_text: str, out_dir) -> list[Path]:
 
     from kformer.data.arithmetic import parse_problem
     from kformer.models.generation import greedy_decode
-    from kformer.text.specials import START, START_ID
+    from kformer.text.specials import END_ID, START, START_ID
     from kformer.viz import plot_attention
 
     problem = parse_problem(problem_text)
@@ -422,7 +422,8 @@ def draw_attention(model, fmt, problem_text: str, out_dir) -> list[Path]:
     vocab = fmt.vocabulary
     source = fmt.encode_sources([problem])
     generated = greedy_decode(model, source, fmt.target_length)[0]
-    answer_ids = [int(t) for t in generated if t > 3]
+    # The decoder reads [START] + answer; an answer that never ended is cut to the positions it has.
+    answer_ids = [int(t) for t in generated if t > END_ID][: model.max_target_length - 1]
     target_in = np.array([[START_ID, *answer_ids]], dtype="int32")
     maps = {name: stack[0] for name, stack in model.attention_maps(source, target_in).items()}
     source_tokens = fmt.source_tokens(*problem)

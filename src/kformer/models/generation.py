@@ -44,7 +44,10 @@ def greedy_decode(model, source_ids, max_length, use_cache=True, stop_at_end=Tru
     """
     source = _as_ids(source_ids)
     max_length = _check_length(model, max_length)
-    stepper = (_CachedStepper if use_cache else _FullStepper)(model, source, max_length)
+    if use_cache:
+        loop = _compiled(model)["greedy_loop"]
+        return _trim(np.asarray(loop(ops.convert_to_tensor(source), max_length, bool(stop_at_end))))
+    stepper = _FullStepper(model, source, max_length)
     batch = source.shape[0]
     tokens = np.full((batch, 1), START_ID, dtype="int32")
     finished = np.zeros(batch, dtype=bool)
@@ -168,6 +171,43 @@ class _FullStepper:
         self.prefix = self.prefix[rows]
 
 
+def _greedy_loop(model, source, max_length: int, stop_at_end: bool):
+    """Cached greedy decoding as one loop of ``keras.ops`` (compiled whole by :func:`_compiled`).
+
+    Same arithmetic as the step-by-step path: encoder and cross-attention keys/values once, then
+    one token per iteration through the self-attention caches. Returns ``(batch, max_length)``.
+    """
+    encoder_outputs, source_mask = model.encode(source, training=False)
+    cross_caches = model.cross_attention_caches(encoder_outputs)
+    batch = ops.shape(source)[0]
+    self_caches = model.empty_self_attention_caches(batch, max_length)
+    forbidden = ops.convert_to_tensor(np.isin(np.arange(model.target_vocab_size), _FORBIDDEN))
+
+    def cond(index, tokens, generated, finished, caches):
+        running = ops.less(index, max_length)
+        if stop_at_end:
+            running = ops.logical_and(running, ops.logical_not(ops.all(finished)))
+        return running
+
+    def body(index, tokens, generated, finished, caches):
+        logits, caches = model.decode_step(tokens, index, list(caches), cross_caches, source_mask)
+        logits = ops.where(forbidden[None, :], ops.cast(-np.inf, logits.dtype), logits)
+        next_ids = ops.cast(ops.argmax(logits, axis=-1), "int32")
+        next_ids = ops.where(finished, ops.cast(PAD_ID, "int32"), next_ids)
+        generated = ops.slice_update(generated, (0, index), next_ids[:, None])
+        finished = ops.logical_or(finished, ops.equal(next_ids, END_ID))
+        return index + 1, next_ids[:, None], generated, finished, tuple(caches)
+
+    start = (
+        ops.convert_to_tensor(0, "int32"),
+        ops.full((batch, 1), START_ID, dtype="int32"),
+        ops.zeros((batch, max_length), dtype="int32"),
+        ops.zeros((batch,), dtype="bool"),
+        tuple(self_caches),
+    )
+    return ops.while_loop(cond, body, start)[2]
+
+
 def _compiled(model) -> dict:
     """Graph-compiled encode / step / forward functions for ``model`` (built once per model)."""
     functions = _COMPILED.get(model)
@@ -177,11 +217,17 @@ def _compiled(model) -> dict:
             "cross_caches": model.cross_attention_caches,
             "step": model.decode_step,
             "forward": lambda source, prefix: model({"source": source, "target_in": prefix}, training=False)[:, -1, :],
+            "greedy_loop": lambda source, max_length, stop_at_end: _greedy_loop(model, source, max_length, stop_at_end),
         }
         if COMPILE and keras.backend.backend() == "tensorflow":
             import tensorflow as tf  # generation plumbing only; the model itself is keras.ops
 
-            functions = {name: tf.function(fn, reduce_retracing=True) for name, fn in functions.items()}
+            # The whole cached greedy loop runs as one XLA-compiled graph (a while loop), so a step
+            # costs no Python or dispatch time; the single-step functions serve beam search.
+            functions = {
+                name: tf.function(fn, reduce_retracing=True, jit_compile=name in ("step", "greedy_loop"))
+                for name, fn in functions.items()
+            }
         _COMPILED[model] = functions
     return functions
 
