@@ -94,7 +94,10 @@ held_out_size = 40
 """
 
 
-def test_cli_train_evaluate_attention_and_errors(tmp_path, capsys):
+def test_cli_train_evaluate_attention_and_errors(tmp_path, capsys, monkeypatch):
+    from kformer.models import generation
+
+    monkeypatch.setattr(generation, "COMPILE", False)  # a handful of decoding steps: skip compiling
     recipe = tmp_path / "tiny.toml"
     recipe.write_text(TINY_RECIPE)
     out = tmp_path / "model"

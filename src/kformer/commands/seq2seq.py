@@ -338,12 +338,17 @@ def progress_bar(total_steps, budget_seconds=None):
     class ProgressBar(keras.callbacks.Callback):
         def on_train_begin(self, logs=None):
             self.start = time.monotonic()
+            # The first batch compiles the training step, which takes a while on a small CPU.
             if budget_seconds:
-                self.bar = tqdm(total=round(budget_seconds), unit="s", desc="training", dynamic_ncols=True)
+                self.bar = tqdm(total=round(budget_seconds), unit="s", desc="compiling", dynamic_ncols=True)
             else:
-                self.bar = tqdm(total=total_steps, unit="step", desc="training", dynamic_ncols=True)
+                self.bar = tqdm(total=total_steps, unit="step", desc="compiling", dynamic_ncols=True)
+            self.compiled = False
 
         def on_train_batch_end(self, batch, logs=None):
+            if not self.compiled:
+                self.compiled = True
+                self.bar.set_description("training")
             if batch % 20 == 0:
                 names = {"loss": "loss", "accuracy": "token_acc"}
                 shown = {names[k]: f"{float(v):.4f}" for k, v in (logs or {}).items() if k in names}

@@ -65,13 +65,14 @@ def greedy_decode(model, source_ids, max_length, use_cache=True, stop_at_end=Tru
     return _trim(np.stack(generated, axis=1))
 
 
-def beam_search(model, source_ids, max_length, beam_width=4, length_penalty=0.6, use_cache=True):
+def beam_search(model, source_ids, max_length, beam_width=4, length_penalty=0.6, use_cache=True, stop_at_end=True):
     """Keep the ``beam_width`` best prefixes per example; return the best finished sequence.
 
     Prefixes are ranked by total log-probability while searching; at the end each example's
     candidates are ranked by ``log_prob / ((5 + length) / 6) ** length_penalty`` (Wu et al.
     2016; ``length`` counts generated tokens including END; 0 = no length normalisation).
-    Finished candidates stay in the beam with their score frozen.
+    Finished candidates stay in the beam with their score frozen. ``stop_at_end=False`` runs all
+    ``max_length`` steps even when every candidate has ended (for timing).
 
     Returns:
         int32 ``(batch, <= max_length)``, same contract as :func:`greedy_decode`.
@@ -107,7 +108,7 @@ def beam_search(model, source_ids, max_length, beam_width=4, length_penalty=0.6,
         lengths = lengths[rows, parents] + (~was_finished)
         finished = was_finished | (next_ids == END_ID)
         stepper.reorder((rows * width + parents).reshape(-1))
-        if finished.all():
+        if stop_at_end and finished.all():
             break
         tokens = next_ids.reshape(-1, 1)
     penalty = ((5.0 + np.maximum(lengths, 1)) / 6.0) ** float(length_penalty)
