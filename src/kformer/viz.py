@@ -95,11 +95,7 @@ def plot_attention(maps, row_tokens, col_tokens, out_dir, prefix: str = "") -> l
             fig, ax = plt.subplots(figsize=(1.2 + 0.35 * keys, 1.0 + 0.35 * queries))
             _heat(ax, stack[layer].mean(axis=0), rows, cols)
             ax.set_title(f"{title}: layer {layer + 1}, mean of {heads} heads", fontsize=9)
-            fig.tight_layout()
-            path = out_dir / f"{prefix}{name}_layer{layer + 1}.png"
-            fig.savefig(path, dpi=110)
-            plt.close(fig)
-            written.append(path)
+            written.append(_save(plt, fig, out_dir / f"{prefix}{name}_layer{layer + 1}.png"))
         cell_w, cell_h = 0.8 + 0.28 * keys, 0.8 + 0.28 * queries
         fig, axes = plt.subplots(layers, heads, figsize=(cell_w * heads, cell_h * layers), squeeze=False)
         for layer in range(layers):
@@ -108,12 +104,15 @@ def plot_attention(maps, row_tokens, col_tokens, out_dir, prefix: str = "") -> l
                 _heat(ax, stack[layer, head], rows, cols, fontsize=6)
                 ax.set_title(f"layer {layer + 1} head {head + 1}", fontsize=7)
         fig.suptitle(f"{title} attention (rows attend to columns)", fontsize=9)
-        fig.tight_layout()
-        path = out_dir / f"{prefix}{name}_grid.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(plt, fig, out_dir / f"{prefix}{name}_grid.png"))
     return written
+
+
+def _save(plt, fig, path):
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def _labels(tokens, name, length):
