@@ -139,16 +139,32 @@ def test_bert_scratch_backbone_with_valid_file_class_weights_and_smoothing(ticke
     assert sum(t["probability"] for t in result["top_k"]) == pytest.approx(1.0, abs=1e-4)
 
 
-def test_bert_path_batches_are_shuffled_every_epoch():
+def test_bert_path_batches_are_token_ids_cut_to_length_and_shuffled_every_epoch():
     import numpy as np
 
-    from kformer.commands.classify import _string_batches
+    from kformer.models.pretrained import bert_inputs, bert_token_ids, build_bert_classifier
+    from kformer.text.vocabulary import RESERVED_TOKENS
+    from kformer.training import BucketedBatches
 
-    texts = np.array([f"text {i}" for i in range(100)])
+    vocabulary = [*RESERVED_TOKENS, "text", "long", "short", *[str(i) for i in range(100)]]
+    model = build_bert_classifier("bert-scratch", 2, 40, vocabulary=vocabulary, layers=1, dim=16, heads=2, ff_dim=16)
+    texts = [f"short {i}" for i in range(50)] + [f"text {i} " + "long " * 30 for i in range(50)]
+    ids = bert_token_ids(model, texts, chunk=32)
+    assert ids.shape == (100, 40) and (ids[:50] != 0).sum(axis=1).tolist() == [4] * 50  # [CLS] short i [SEP]
     y = np.eye(2, dtype="float32")[[0] * 50 + [1] * 50]  # sorted by label, like IMDB's files
-    data = _string_batches(texts, y, None, 10, shuffle=True, seed=1)
-    epochs = [[row for x, _ in data for row in x.numpy().tolist()] for _ in range(2)]
-    assert sorted(epochs[0]) == sorted(epochs[1]) == sorted(t.encode() for t in texts)
-    assert epochs[0] != epochs[1] and epochs[0] != [t.encode() for t in texts]
-    first_batch_labels = next(iter(data))[1].numpy().argmax(axis=1)
-    assert 0 < first_batch_labels.sum() < 10
+    data = BucketedBatches(ids, y, 10, shuffle=True, seed=1).dataset().map(bert_inputs)
+    epochs = []
+    for _ in range(2):
+        rows = []
+        for x, labels in data:
+            token_ids = x["token_ids"].numpy()
+            assert set(x) == {"token_ids", "padding_mask", "segment_ids"}
+            assert (x["padding_mask"].numpy() == (token_ids != 0)).all() and not x["segment_ids"].numpy().any()
+            assert token_ids.shape[1] == (8 if labels.numpy()[:, 0].all() else 40)  # short batches stay short
+            rows += [tuple(row[row != 0]) for row in token_ids]
+        epochs.append(rows)
+    assert sorted(epochs[0]) == sorted(epochs[1]) == sorted(tuple(row[row != 0]) for row in ids)
+    assert epochs[0] != epochs[1]
+    model.preprocessor = None  # as during training: the task takes the dict of ids directly
+    probs = model.predict(next(iter(data))[0], verbose=0)
+    assert probs.shape[1] == 2 and np.allclose(probs.sum(axis=1), 1.0, atol=1e-5)

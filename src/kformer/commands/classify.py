@@ -244,17 +244,6 @@ def _compile(model, settings, steps_per_epoch: int) -> None:
     )
 
 
-def _string_batches(texts, y, weights, batch_size: int, shuffle: bool, seed: int = 0):
-    """``tf.data`` batches of ``(texts, one-hot y[, weights])``, reshuffled every epoch when ``shuffle``."""
-    import tensorflow as tf
-
-    parts = (texts, y) if weights is None else (texts, y, weights)
-    data = tf.data.Dataset.from_tensor_slices(parts)
-    if shuffle:
-        data = data.shuffle(len(texts), seed=seed, reshuffle_each_iteration=True)
-    return data.batch(batch_size)
-
-
 def _strip_optimizer(model) -> None:
     """Recompile with an unbuilt optimizer so the saved model carries no optimizer state."""
     import keras
@@ -343,16 +332,27 @@ def train_classifier(args: argparse.Namespace) -> dict:
             train_data = BucketedBatches(x_train, y_train, batch_size, shuffle=True, seed=int(settings["seed"]),
                                          sample_weight=weights).dataset()
             valid_data = BucketedBatches(x_valid, y_valid, max(batch_size, 64), shuffle=False).dataset()
-        else:  # KerasHub tasks do not shuffle arrays themselves: a shuffled tf.data pipeline of strings
+        else:  # tokenized once, then length-bucketed like the encoder path (short texts, short batches)
+            from kformer.models.pretrained import bert_inputs, bert_token_ids
+
             weights = None if class_weight is None else np.array([class_weight[index[lb]] for lb in train.labels], "float32")
-            train_data = _string_batches(x_train, y_train, weights, batch_size, shuffle=True, seed=int(settings["seed"]))
-            valid_data = _string_batches(x_valid, y_valid, None, max(batch_size, 64), shuffle=False)
+            train_data = BucketedBatches(bert_token_ids(model, x_train), y_train, batch_size, shuffle=True,
+                                         seed=int(settings["seed"]), sample_weight=weights).dataset().map(bert_inputs)
+            valid_data = BucketedBatches(bert_token_ids(model, x_valid), y_valid, max(batch_size, 64),
+                                         shuffle=False).dataset().map(bert_inputs)
         class_weight = None
-        result = fit(
-            model, train_data, valid_data, epochs=int(settings["epochs"]), out_dir=state_dir,
-            patience=int(settings["patience"]), max_minutes=args.max_minutes, resume=args.resume,
-            verbose=0 if args.quiet else "auto", batch_size=batch_size, class_weight=class_weight,
-        )
+        preprocessor = getattr(model, "preprocessor", None)
+        if kind == "bert":
+            model.preprocessor = None  # batches are already token ids; the saved model keeps its preprocessor
+        try:
+            result = fit(
+                model, train_data, valid_data, epochs=int(settings["epochs"]), out_dir=state_dir,
+                patience=int(settings["patience"]), max_minutes=args.max_minutes, resume=args.resume,
+                verbose=0 if args.quiet else "auto", batch_size=batch_size, class_weight=class_weight,
+            )
+        finally:
+            if kind == "bert":
+                model.preprocessor = preprocessor
         _strip_optimizer(model)
         classifier = Classifier(model=model, labels=labels, kind=kind, tokenizer=tokenizer)
         valid_scores = _score(classifier, valid, batch_size=max(batch_size, 64))

@@ -93,3 +93,20 @@ def build_bert_classifier(
     return keras_hub.models.BertTextClassifier(
         bert, num_classes=num_classes, preprocessor=preprocessor, activation="softmax", dropout=dropout
     )
+
+
+def bert_token_ids(model, texts, chunk: int = 1024):
+    """``(n, sequence_length)`` int32 token ids (``[CLS] ... [SEP]``, 0-padded) from ``model``'s preprocessor."""
+    import numpy as np
+
+    rows = [np.asarray(model.preprocessor(list(texts[i:i + chunk]))["token_ids"], dtype="int32")
+            for i in range(0, len(texts), chunk)]
+    return np.concatenate(rows) if rows else np.zeros((0, model.preprocessor.sequence_length), "int32")
+
+
+def bert_inputs(ids, *rest):
+    """Map a bucketed ``(ids (batch, width), y[, w])`` batch to the BERT backbone's input dict."""
+    from keras import ops
+
+    features = {"token_ids": ids, "padding_mask": ops.not_equal(ids, 0), "segment_ids": ops.zeros_like(ids)}
+    return (features, *rest)
