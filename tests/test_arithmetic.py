@@ -1,6 +1,8 @@
 """Arithmetic problems: answer formats, the held-out split, scoring, and the CLI on a tiny model."""
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -121,6 +123,14 @@ def test_cli_train_evaluate_attention_and_errors(tmp_path, capsys, monkeypatch):
     assert main(["attention", str(out), "12+34", "--out", str(pictures)]) == 0
     names = {p.name for p in pictures.iterdir()}
     assert {"encoder_layer1.png", "encoder_grid.png", "decoder_self_grid.png", "cross_layer1.png"} <= names
+
+    # A fresh process (nothing registered yet) loads the folder too.
+    fresh = subprocess.run(
+        [sys.executable, "-m", "kformer", "attention", str(out), "9-87", "--out", str(tmp_path / "fresh")],
+        capture_output=True, text=True, timeout=240,
+    )
+    assert fresh.returncode == 0, fresh.stderr[-500:]
+    assert (tmp_path / "fresh" / "cross_grid.png").is_file()
 
     assert main(["attention", str(out), "123+4"]) == 2  # wider than the model's 2 digits
     assert "outside what this model learned" in capsys.readouterr().err

@@ -373,6 +373,7 @@ def progress_bar(total_steps, budget_seconds=None):
 
 def load_arithmetic(model_dir):
     """``(model, format, manifest)`` from a folder written by :func:`train_arithmetic`."""
+    import kformer.models.seq2seq  # noqa: F401  registers Seq2SeqTransformer for loading
     from kformer.artifacts import load_keras_model, read_manifest
     from kformer.data.arithmetic import ArithmeticFormat
 
