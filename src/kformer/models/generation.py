@@ -100,7 +100,7 @@ def beam_search(model, source_ids, max_length, beam_width=4, length_penalty=0.6,
         log_probs[finished, PAD_ID] = 0.0
         vocab = log_probs.shape[-1]
         candidates = (scores[..., None] + log_probs).reshape(batch, width * vocab)
-        best = np.argsort(-candidates, axis=-1, kind="stable")[:, :width]
+        best = _top_k(candidates, width)
         parents, next_ids = best // vocab, (best % vocab).astype("int32")
         scores = np.take_along_axis(candidates, best, axis=-1)
         sequences = np.concatenate([sequences[rows, parents], next_ids[..., None]], axis=-1)
@@ -247,6 +247,13 @@ def _check_length(model, max_length) -> int:
             f"max length {max_length} is outside 1..{model.max_target_length} (the model's max_target_length)"
         )
     return max_length
+
+
+def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` largest entries of each row, best first (ties: lower index first)."""
+    part = np.argpartition(-scores, k - 1, axis=-1)[:, :k]
+    order = np.lexsort((part, -np.take_along_axis(scores, part, axis=-1)), axis=-1)
+    return np.take_along_axis(part, order, axis=-1)
 
 
 def _logsumexp(x):
