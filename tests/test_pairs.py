@@ -102,3 +102,21 @@ def test_length_buckets_cover_everything_once_and_group_similar_lengths():
     padded = pad_batch([[5, 6], [7, 8, 9, 10, 11]], multiple=4)
     assert padded.shape == (2, 8) and padded[0].tolist() == [5, 6, 0, 0, 0, 0, 0, 0]
     assert pad_batch([[1] * 5], multiple=4, limit=6).shape == (1, 6)
+
+
+@pytest.mark.shared_data
+def test_real_corpora_read_and_split(shared_data):
+    es = read_pairs(shared_data / "en-es-anki" / "spa.txt.gz")
+    assert len(es) == 118_121
+    train, held = random_holdout(es, 2000, seed=0)
+    assert len(held) == 2000 and len(train) == 116_121
+    tico = shared_data / "en-ta-tico19"
+    pairs = read_pairs(tico / "en-ta.tsv")
+    documents = read_document_ids(tico / "en-ta.meta.tsv")
+    assert len(pairs) == len(documents) == 3071 and len(set(documents)) == 31
+    train, held, chosen = document_holdout(pairs, documents, fraction=0.15, seed=0)
+    assert 0.1 * len(pairs) <= len(held) <= 0.2 * len(pairs)
+    by_line = dict(zip(range(1, len(pairs) + 1), documents, strict=True))
+    assert {by_line[p.line] for p in held} == set(chosen)
+    assert not {by_line[p.line] for p in train} & set(chosen)
+    assert all(p.target == unicodedata.normalize("NFC", p.target) for p in pairs)

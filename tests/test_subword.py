@@ -2,6 +2,8 @@
 
 import unicodedata
 
+import pytest
+
 from kformer.data.pairs import normalize_text
 from kformer.text.specials import END_ID, PAD_ID, SPECIAL_TOKENS, START_ID
 from kformer.text.subword import Subwords, learn_vocabularies
@@ -40,3 +42,14 @@ def test_shared_vocabulary_is_one_model_for_both_sides():
     assert source.decode(source.encode(ENGLISH + TAMIL)) == ENGLISH + TAMIL
     # the numbers are spelled with the same pieces on both sides
     assert source.encode(["2019"]) == target.encode(["2019"])
+
+
+@pytest.mark.shared_data
+def test_real_tamil_round_trips(shared_data):
+    from kformer.data.pairs import read_pairs
+
+    pairs = read_pairs(shared_data / "en-ta-tico19" / "en-ta.tsv")
+    tamil = [p.target for p in pairs]
+    _, target = learn_vocabularies([p.source for p in pairs[:2500]], tamil[:2500], vocab_size=2000, shared=False)
+    held = tamil[2500:]  # sentences the vocabulary never saw
+    assert target.decode(target.encode(held)) == held
