@@ -85,7 +85,7 @@ def test_train_writes_a_complete_folder(trained):
     assert "test BLEU" in done.stdout
 
 
-def test_translate_arguments_stdin_and_evaluate_agree(trained):
+def test_translate_arguments_stdin_and_evaluate_agree(trained, monkeypatch, capsys):
     folder, test, _ = trained
     by_args = kformer("translate", "--beam", "2", folder / "model", "three one", "seven")
     assert by_args.returncode == 0, by_args.stderr[-2000:]
@@ -94,17 +94,23 @@ def test_translate_arguments_stdin_and_evaluate_agree(trained):
     assert all(line == unicodedata.normalize("NFC", line) for line in lines)
     assert lines[1] == NUMBERS["seven"]
     sources = [s for s, _ in test]
-    by_stdin = kformer("translate", folder / "model", stdin="\n".join(["three one", "", "seven", *sources]) + "\n")
-    assert by_stdin.returncode == 0, by_stdin.stderr[-2000:]
-    beam_lines = by_stdin.stdout.splitlines()
-    assert len(beam_lines) == 3 + len(sources) and beam_lines[1] == ""
-    assert beam_lines[2] == lines[1]
+    # stdin in this process (the new-process path is covered above; this saves a TensorFlow start)
+    import io
+
+    from kformer.cli import main
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(["three one", "", "seven", *sources]) + "\n"))
+    capsys.readouterr()
+    assert main(["translate", str(folder / "model")]) == 0
+    stdin_lines = capsys.readouterr().out.splitlines()
+    assert len(stdin_lines) == 3 + len(sources) and stdin_lines[1] == ""
+    assert stdin_lines[2] == lines[1]
 
     done = kformer("evaluate", folder / "model", "--data", folder / "test.tsv", "--json")
     assert done.returncode == 0, done.stderr[-2000:]
     scores = json.loads(done.stdout)
     assert scores["n"] == len(test)
-    translated = beam_lines[3:]
+    translated = stdin_lines[3:]
     expected = translation_scores(translated, [t for _, t in test])
     assert scores["bleu"] == pytest.approx(expected["bleu"], abs=1e-6)
     assert scores["chrf"] == pytest.approx(expected["chrf"], abs=1e-6)
