@@ -178,6 +178,39 @@ def load_translator(model_dir: str | Path) -> Translator:
     return Translator(model, source_vocab, target_vocab, manifest)
 
 
+def save_translator(translator: Translator, out: str | Path, recipe: dict, metrics: dict,
+                    extra_files: dict[str, Any] | None = None) -> Path:
+    """Write a model folder atomically: model, vocabularies, ``kformer.json``, ``metrics.json``
+    and any ``extra_files`` (name -> JSON data)."""
+    from kformer.artifacts import MANIFEST_NAME, save_keras_atomic, staged_folder, write_json_atomic
+
+    shared = translator.source_vocab is translator.target_vocab
+    vocab_files = (
+        {"shared": True, "source": SHARED_VOCAB_FILE, "target": SHARED_VOCAB_FILE}
+        if shared else {"shared": False, "source": SOURCE_VOCAB_FILE, "target": TARGET_VOCAB_FILE}
+    )
+    manifest = {
+        "task": "translate",
+        "model_file": MODEL_FILE,
+        "vocab": vocab_files,
+        "max_source_length": translator.max_source_length,
+        "max_target_length": translator.max_target_length,
+        "recipe": recipe,
+        "metrics": {k: metrics[k] for k in ("test", "valid_loss", "train_seconds", "splits") if k in metrics},
+    }
+    out = Path(out)
+    with staged_folder(out) as stage:
+        save_keras_atomic(translator.model, stage / MODEL_FILE)
+        translator.source_vocab.save(stage / vocab_files["source"])
+        if not shared:
+            translator.target_vocab.save(stage / vocab_files["target"])
+        write_json_atomic(stage / "metrics.json", metrics)
+        for name, data in (extra_files or {}).items():
+            write_json_atomic(stage / name, data)
+        write_json_atomic(stage / MANIFEST_NAME, manifest)
+    return out
+
+
 def encode_sources(translator: Translator, texts: list[str]) -> list[list[int]]:
     """NFC-normalised subword ids of each text, cut to the model's longest source."""
     from kformer.data.pairs import normalize_text
@@ -318,7 +351,7 @@ def train_translator(args: argparse.Namespace) -> dict:
     out = Path(args.out) if args.out else _default_out(args.data)
     train, valid, test = _load_splits(args, settings)  # bad input fails before anything is written
 
-    from kformer.artifacts import MANIFEST_NAME, save_keras_atomic, staged_folder, write_json_atomic
+    from kformer.artifacts import MANIFEST_NAME
     from kformer.commands.seq2seq import budget_schedule
     from kformer.data.pairs import curriculum_levels
     from kformer.models.seq2seq import Seq2SeqTransformer, compile_seq2seq
@@ -401,27 +434,8 @@ def train_translator(args: argparse.Namespace) -> dict:
             "command": ["kformer", *sys.argv[1:]],
             "recipe": settings,
         }
-        vocab_files = (
-            {"shared": True, "source": SHARED_VOCAB_FILE, "target": SHARED_VOCAB_FILE}
-            if shared else {"shared": False, "source": SOURCE_VOCAB_FILE, "target": TARGET_VOCAB_FILE}
-        )
-        manifest = {
-            "task": "translate",
-            "model_file": MODEL_FILE,
-            "vocab": vocab_files,
-            "max_source_length": max_source,
-            "max_target_length": max_target + 1,
-            "recipe": settings,
-            "metrics": {k: metrics[k] for k in ("test", "valid_loss", "train_seconds", "splits")},
-        }
-        with staged_folder(out) as stage:
-            save_keras_atomic(model, stage / MODEL_FILE)
-            source_vocab.save(stage / vocab_files["source"])
-            if not shared:
-                target_vocab.save(stage / vocab_files["target"])
-            write_json_atomic(stage / "metrics.json", metrics)
-            write_json_atomic(stage / "test_translations.json", _examples(test, hypotheses))
-            write_json_atomic(stage / MANIFEST_NAME, manifest)
+        save_translator(translator, out, settings, metrics,
+                        extra_files={"test_translations.json": _examples(test, hypotheses)})
     except BaseException:
         if created and not (out / MANIFEST_NAME).exists():
             shutil.rmtree(out, ignore_errors=True)  # leave no half-made folder
