@@ -121,3 +121,21 @@ def test_missing_or_empty_file(tmp_path, content):
         path.write_bytes(content)
     with pytest.raises(KformerError, match="does not exist|is empty"):
         list(read_text_lines(path))
+
+
+def test_texts_may_follow_options(monkeypatch):
+    import kformer.commands.translate as translate_commands
+
+    argv = ["translate", "runs/x", "--beam", "4", "How are you?", "Bye."]
+    assert build_parser().parse_known_args(argv)[1] == ["How are you?", "Bye."]  # argparse alone
+    seen = {}
+    monkeypatch.setattr(translate_commands, "translate_command", lambda args: seen.update(vars(args)) or 0)
+    assert main(argv) == 0
+    assert seen["texts"] == ["How are you?", "Bye."] and seen["beam"] == 4
+
+
+def test_unknown_options_are_still_errors(capsys):
+    with pytest.raises(SystemExit) as raised:
+        main(["translate", "runs/x", "--no-such-flag", "text"])
+    assert raised.value.code == 2
+    assert "unrecognized arguments" in capsys.readouterr().err

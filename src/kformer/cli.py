@@ -147,7 +147,14 @@ def _silence_native_stderr() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        # argparse ends a `TEXT...` positional at the first option, so in
+        # `kformer translate DIR --beam 4 "text"` the text after the option is left over.
+        texts = getattr(args, "texts", None)
+        if texts is None or any(extra.startswith("-") for extra in extras):
+            parser.error(f"unrecognized arguments: {' '.join(extras)}")
+        args.texts = [*texts, *extras]
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()
