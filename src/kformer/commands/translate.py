@@ -97,7 +97,7 @@ def register(commands, train_tasks) -> None:
         "translate",
         help="translate text with a trained translation model",
         description="Translate each TEXT argument, or each line of standard input, and print one "
-        "translation per line. Give options before MODEL_DIR or after the texts.",
+        "translation per line.",
     )
     translate.add_argument("model_dir", metavar="MODEL_DIR", help="folder written by `kformer train translate`")
     translate.add_argument("texts", nargs="*", metavar="TEXT", help="sentences to translate (default: read lines from stdin)")
