@@ -23,6 +23,7 @@ DEFAULTS: dict[str, Any] = {
     "backbone": "scratch",  # scratch | bert-scratch | minilm | a preset folder
     "tokenizer": "word",  # word | wordpiece (scratch backbones only)
     "truncation": "head",  # head | tail | head_tail (word tokenizer): which part of a long text to keep
+    "ngrams": 1,  # 2: the word vocabulary also holds word bigrams, appended after the words (fastText-style)
     "vocab_size": 8000,
     "max_length": 128,
     "epochs": 10,
@@ -42,6 +43,7 @@ DEFAULTS: dict[str, Any] = {
     "blocks": 1,
     "dropout": 0.1,
     "positions": "learned",
+    "window": 0,  # > 0: local self-attention within windows of this many tokens (long documents)
 }
 SCRATCH_BACKBONES = ("scratch", "bert-scratch")
 TRAINING_DIR = "training"  # checkpoints, logs and the vocabulary needed to --resume
@@ -117,7 +119,8 @@ def resolve_settings(args: argparse.Namespace) -> dict[str, Any]:
             settings[key] = value
     numbers = {"vocab_size": int, "max_length": int, "epochs": int, "batch_size": int, "patience": int, "seed": int,
                "dim": int, "heads": int, "ff_dim": int, "blocks": int, "warmup": float, "weight_decay": float,
-               "label_smoothing": float, "valid_fraction": float, "dropout": float}
+               "label_smoothing": float, "valid_fraction": float, "dropout": float,
+               "ngrams": int, "window": int}
     for key, kind in numbers.items():
         try:
             settings[key] = kind(settings[key])
@@ -131,6 +134,10 @@ def resolve_settings(args: argparse.Namespace) -> dict[str, Any]:
     for key, allowed in choices.items():
         if settings[key] not in allowed:
             raise KformerError(f"setting {key} = {settings[key]!r} is not one of {', '.join(allowed)}")
+    if settings["ngrams"] not in (1, 2) or (settings["ngrams"] == 2 and settings["tokenizer"] != "word"):
+        raise KformerError(f"setting ngrams = {settings['ngrams']!r}: use 1, or 2 with tokenizer = \"word\"")
+    if settings["window"] < 0:
+        raise KformerError(f"setting window = {settings['window']} must be 0 (full attention) or a window length")
     if settings["backbone"] not in SCRATCH_BACKBONES:
         from kformer.models.pretrained import backbone_source
 
@@ -197,7 +204,13 @@ def _build(settings, labels, train_texts, state_dir: Path, resume: bool):
     from kformer.artifacts import write_json_atomic
     from kformer.models.classifier import build_encoder_classifier
     from kformer.models.pretrained import build_bert_classifier
-    from kformer.text.vocabulary import learn_vocabulary, load_vocabulary, save_vocabulary
+    from kformer.text.vocabulary import (
+        RESERVED_TOKENS,
+        learn_vocabulary,
+        load_vocabulary,
+        save_vocabulary,
+    )
+    from kformer.text.words import bigram_vocabulary
 
     backbone = settings["backbone"]
     vocabulary = None
@@ -205,6 +218,8 @@ def _build(settings, labels, train_texts, state_dir: Path, resume: bool):
         vocab_path = state_dir / "vocab.txt"
         if resume:
             vocabulary = load_vocabulary(vocab_path)
+        elif settings["ngrams"] == 2:
+            vocabulary = bigram_vocabulary(train_texts, int(settings["vocab_size"]), RESERVED_TOKENS)
         else:
             vocabulary = learn_vocabulary(train_texts, int(settings["vocab_size"]), settings["tokenizer"])
             save_vocabulary(vocabulary, vocab_path)
@@ -214,7 +229,7 @@ def _build(settings, labels, train_texts, state_dir: Path, resume: bool):
         model = build_encoder_classifier(
             len(vocabulary), len(labels), int(settings["max_length"]), dim=int(settings["dim"]),
             heads=int(settings["heads"]), ff_dim=int(settings["ff_dim"]), blocks=int(settings["blocks"]),
-            dropout=float(settings["dropout"]), positions=settings["positions"],
+            dropout=float(settings["dropout"]), positions=settings["positions"], window=int(settings["window"]),
         )
         kind = "encoder"
     else:

@@ -7,6 +7,7 @@ metrics), ``model.keras`` and, for kformer's encoder, ``vocab.txt``. ``load_clas
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,32 +31,98 @@ def build_encoder_classifier(
     blocks: int = 1,
     dropout: float = 0.1,
     positions: str = "learned",
+    window: int = 0,
 ):
     """Token ids ``(batch, seq <= max_length)`` -> class probabilities ``(batch, num_classes)``.
 
     ``TokenAndPositionEmbedding`` -> ``blocks`` x ``EncoderBlock`` -> mean over real tokens
     (padding masked) -> dropout -> softmax. Layers are named ``embedding``, ``encoder_<i>`` so
     that attention maps can be read back out of a saved model.
+
+    ``window > 0``: local attention. The ids are cut into windows of ``window`` tokens
+    (:class:`SplitWindows`, ``(batch * windows, window)``), each window is embedded (positions
+    within the window) and encoded on its own, and the mean runs over the real tokens of all
+    windows (:class:`WindowedAverage`). Attention then costs ``seq * window`` instead of ``seq**2``,
+    so long documents fit a CPU time budget.
     """
     import keras
 
     from kformer.layers import EncoderBlock, MaskedGlobalAveragePooling, TokenAndPositionEmbedding
 
+    SplitWindows, WindowedAverage = _window_layers()
     ids = keras.Input((None,), dtype="int32", name="token_ids")  # any length up to max_length
-    x = TokenAndPositionEmbedding(vocab_size, max_length, dim, positions=positions, name="embedding")(ids)
+    inputs = SplitWindows(window, name="windows")(ids) if window else ids
+    x = TokenAndPositionEmbedding(vocab_size, window or max_length, dim, positions=positions, name="embedding")(inputs)
     x = keras.layers.Dropout(dropout, name="embedding_dropout")(x)
     for i in range(blocks):
         x = EncoderBlock(dim, heads, ff_dim, dropout=dropout, name=f"encoder_{i}")(x)
-    x = MaskedGlobalAveragePooling(name="pooling")(x)
+    if window:
+        x = WindowedAverage(name="pooling")([x, inputs, ids])
+    else:
+        x = MaskedGlobalAveragePooling(name="pooling")(x)
     x = keras.layers.Dropout(dropout, name="head_dropout")(x)
     probs = keras.layers.Dense(num_classes, activation="softmax", dtype="float32", name="classes")(x)
     return keras.Model(ids, probs, name="kformer_encoder_classifier")
+
+
+@functools.cache
+def _window_layers():
+    """``(SplitWindows, WindowedAverage)``, defined (and registered for loading) on first use, so
+    that importing this module needs no Keras."""
+    import keras
+    from keras import ops
+
+    def pad_to_windows(ids, window):
+        length = ops.shape(ids)[1]
+        if length is None:  # symbolic shape while the model is built: nothing to pad
+            return ids
+        return ops.pad(ids, [[0, 0], [0, (-length) % window]])
+
+    @keras.saving.register_keras_serializable(package="kformer")
+    class SplitWindows(keras.layers.Layer):
+        """ids ``(batch, seq)`` -> ``(batch * ceil(seq / window), window)``, 0-padded at the end."""
+
+        def __init__(self, window: int, **kwargs):
+            super().__init__(**kwargs)
+            self.window = int(window)
+
+        def call(self, ids):
+            return ops.reshape(pad_to_windows(ids, self.window), (-1, self.window))
+
+        def compute_output_shape(self, input_shape):
+            return (None, self.window)
+
+        def get_config(self):
+            return {**super().get_config(), "window": self.window}
+
+    @keras.saving.register_keras_serializable(package="kformer")
+    class WindowedAverage(keras.layers.Layer):
+        """``[x (batch * windows, window, dim), window_ids (batch * windows, window), ids (batch, seq)]``
+        -> ``(batch, dim)``: the mean over the real tokens of all of a text's windows."""
+
+        def call(self, inputs):
+            x, window_ids, ids = inputs
+            real = ops.expand_dims(ops.cast(ops.not_equal(window_ids, 0), x.dtype), -1)
+            batch, dim = ops.shape(ids)[0], ops.shape(x)[-1]
+            sums = ops.sum(ops.reshape(ops.sum(x * real, axis=1), (batch, -1, dim)), axis=1)
+            counts = ops.sum(ops.reshape(ops.sum(real, axis=1), (batch, -1)), axis=1, keepdims=True)
+            return sums / ops.maximum(counts, 1.0)
+
+        def compute_mask(self, inputs, mask=None):
+            return None
+
+        def compute_output_shape(self, input_shape):
+            return (input_shape[2][0], input_shape[0][-1])
+
+    return SplitWindows, WindowedAverage
 
 
 def encoder_attention_maps(model, ids) -> list[np.ndarray]:
     """Self-attention weights of every encoder block: a list of ``(batch, heads, seq, seq)`` arrays."""
     from kformer.layers import padding_mask
 
+    if any(layer.name == "windows" for layer in model.layers):  # local attention: the first window
+        ids = ids[:, : model.get_layer("windows").window]
     x = model.get_layer("embedding")(ids)
     mask = padding_mask(ids)
     maps = []
@@ -148,6 +215,8 @@ def load_classifier(model_dir: str | os.PathLike) -> Classifier:
     kind = manifest.get("kind", "encoder")
     if kind == "bert":
         import keras_hub  # noqa: F401  registers the KerasHub classes the file refers to
+    if kind == "encoder":
+        _window_layers()  # registers the local-attention layers a model may use
     model = load_keras_model(model_dir / manifest.get("model_file", MODEL_FILE))
     tokenizer = None
     if kind == "encoder":

@@ -5,6 +5,11 @@ punctuation marks; each token maps to its id in a vocabulary that starts with kf
 tokens, unknown words to ``[UNK]``. Long texts are cut to ``max_length`` tokens, keeping the
 head, the tail, or both (``head_tail``: the first quarter and the last three quarters of the
 budget, because reviews and tickets often say what matters at the end).
+
+A vocabulary may also hold word bigrams (``"not good"``, two words and a space; see
+:func:`bigram_vocabulary`): the tokenizer then keeps half of ``max_length`` for words and appends
+the ids of the known bigrams among the kept words (fastText-style n-gram features; unknown
+bigrams are left out rather than written as ``[UNK]``).
 """
 
 from __future__ import annotations
@@ -32,11 +37,25 @@ def split_words(text: str) -> list[str]:
     return _TOKEN.findall(text)
 
 
-def count_words(texts: Sequence[str]) -> Counter:
+def bigrams(words: Sequence[str]) -> list[str]:
+    """``["a", "b", "c"]`` -> ``["a b", "b c"]``."""
+    return [f"{a} {b}" for a, b in zip(words, words[1:], strict=False)]
+
+
+def count_words(texts: Sequence[str], with_bigrams: bool = False) -> Counter:
     counts: Counter = Counter()
     for text in texts:
-        counts.update(split_words(text))
+        words = split_words(text)
+        counts.update(words)
+        if with_bigrams:
+            counts.update(bigrams(words))
     return counts
+
+
+def bigram_vocabulary(texts: Sequence[str], size: int, reserved: Sequence[str]) -> list[str]:
+    """``reserved`` tokens, then the most frequent words and word bigrams, ``size`` in all."""
+    counts = count_words(texts, with_bigrams=True)
+    return list(reserved) + [t for t, _ in counts.most_common(size - len(reserved)) if t not in reserved]
 
 
 class WordTokenizer:
@@ -49,12 +68,14 @@ class WordTokenizer:
         self.index = {token: i for i, token in enumerate(self.vocabulary)}
         self.sequence_length = int(max_length)
         self.truncation = truncation
+        self.with_bigrams = any(" " in token for token in self.vocabulary)
+        self.words_length = max(1, self.sequence_length // 2) if self.with_bigrams else self.sequence_length
 
     def get_vocabulary(self) -> list[str]:
         return self.vocabulary
 
     def _cut(self, tokens: list[str]) -> list[str]:
-        n = self.sequence_length
+        n = self.words_length
         if len(tokens) <= n:
             return tokens
         if self.truncation == "head":
@@ -73,5 +94,8 @@ class WordTokenizer:
             if len(text) > 2 * limit:
                 text = text[:limit] + " " + text[-limit:] if self.truncation != "head" else text[:limit]
             tokens = self._cut(split_words(text))
-            ids[row, : len(tokens)] = [get(token, UNK_ID) for token in tokens]
+            row_ids = [get(token, UNK_ID) for token in tokens]
+            if self.with_bigrams:
+                row_ids += [i for i in map(get, bigrams(tokens)) if i is not None][: self.sequence_length - len(row_ids)]
+            ids[row, : len(row_ids)] = row_ids
         return ids
