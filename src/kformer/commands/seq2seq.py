@@ -141,7 +141,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     settings = settings_from(DEFAULT_RECIPE, {"max_minutes": args.minutes, "seed": args.seed, "epochs": 10**6})
     out = Path(args.out)
     print(f"kformer demo: teaching a Transformer {settings['digits']}-digit addition and subtraction "
-          f"for {args.minutes:g} minutes on this machine ...")
+          f"for {args.minutes:g} minute{'' if args.minutes == 1 else 's'} on this machine ...")
     metrics = train_arithmetic(settings, out, progress=True)
     _print_metrics(metrics)
     model, fmt, _ = load_arithmetic(out)
