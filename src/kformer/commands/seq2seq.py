@@ -261,7 +261,10 @@ def train_arithmetic(settings: dict, out_dir, progress: bool = True, command: li
         "format": fmt.to_json(),
         "recipe": settings,
         "metrics": {k: metrics[k] for k in ("exact_match", "char_accuracy", "held_out_size", "train_seconds")},
-        "answer_order": "sign, then digits least-significant first" if fmt.reverse_answer else "as written",
+        "answer_order": (
+            "digits least-significant first (negative answers in ten's complement), then the sign"
+            if fmt.reverse_answer else "as written"
+        ),
     }
     with staged_folder(out_dir) as staging:
         save_keras_atomic(model, staging / MODEL_FILE)
