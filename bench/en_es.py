@@ -59,8 +59,8 @@ def kformer_rows(name: str, train_path: Path, test_path: Path, flags: list[str],
     rows = [{"system": f"{name}, greedy", "bleu": greedy["bleu"], "chrf": greedy["chrf"],
              "exact_match": greedy["exact_match"], "n": greedy["n"], **common, "decode_s": greedy["decode_seconds"]}]
     if beam > 1:
-        from kformer.commands.translate import load_translator, score_pairs
         from kformer.data.pairs import read_pairs
+        from kformer.models.translator import load_translator, score_pairs
 
         scores, _ = score_pairs(load_translator(out_dir), read_pairs(test_path), beam=beam)
         rows.append({"system": f"{name}, beam {beam}", "bleu": scores["bleu"], "chrf": scores["chrf"],

@@ -9,13 +9,13 @@ TAMIL = ["ஒன்று இரண்டு", "மூன்று", "நான�
 
 
 def test_save_and_load_with_separate_vocabularies(tmp_path):
-    from kformer.commands.translate import (
+    from kformer.models.seq2seq import Seq2SeqTransformer, compile_seq2seq
+    from kformer.models.translator import (
         Translator,
         load_translator,
         save_translator,
         translate_texts,
     )
-    from kformer.models.seq2seq import Seq2SeqTransformer, compile_seq2seq
     from kformer.training import set_seed
 
     set_seed(0)

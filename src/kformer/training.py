@@ -8,6 +8,8 @@
   logs and a CSV history; :func:`restore_checkpoint` resumes from the last checkpoint.
 - :func:`fit` runs ``model.fit`` with all of the above and reports what happened.
 - :class:`BucketedBatches` batches token ids of similar length, cut to the batch's longest row.
+- :func:`budget_schedule` (warmup, then cosine decay over the steps or a time budget) and
+  :func:`progress_bar` (a tqdm bar over the budget) for generated-data and seq2seq training.
 """
 
 from __future__ import annotations
@@ -364,3 +366,80 @@ def fit(
         stopped_by_budget=budget.fired,
         best_epoch=None if best is None else int(best),
     )
+
+
+# --- time-budget schedule and progress bar (generated-data and seq2seq training) -------------
+
+
+def budget_schedule(peak, warmup_steps, total_steps, budget_seconds=None, final_ratio=0.02):
+    """A callback setting the learning rate: linear warmup over ``warmup_steps``, then cosine decay
+    to ``peak * final_ratio`` by whichever comes first, ``total_steps`` or the end of
+    ``budget_seconds`` of training (so a time-bounded run still ends at a low rate). The clock
+    for the budget starts after the first batch, whose time (graph tracing / XLA compilation)
+    is taken off the budget rather than off the decay. Its ``steps`` counts batches."""
+
+    class WarmupCosineByBudget(keras.callbacks.Callback):
+        steps = 0
+
+        def on_train_begin(self, logs=None):
+            self.began = time.monotonic()
+            self.start, self.budget = None, budget_seconds
+
+        def rate(self) -> float:
+            warmup = max(int(warmup_steps), 1)
+            if self.steps < warmup:
+                return peak * (self.steps + 1) / warmup
+            progress = (self.steps - warmup) / max(int(total_steps) - warmup, 1)
+            if self.budget and self.start is not None:
+                progress = max(progress, (time.monotonic() - self.start) / max(self.budget, 1e-3))
+            floor = peak * final_ratio
+            return floor + (peak - floor) * 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self.model.optimizer.learning_rate.assign(self.rate())
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.steps += 1
+            if self.start is None:
+                self.start = time.monotonic()
+                if budget_seconds:
+                    self.budget = budget_seconds - (self.start - self.began)
+
+    return WarmupCosineByBudget()
+
+
+def progress_bar(total_steps, budget_seconds=None):
+    """A callback drawing a tqdm bar over the time budget (or the steps) with loss and accuracy."""
+    from tqdm.auto import tqdm
+
+    class ProgressBar(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            self.start = time.monotonic()
+            # The first batch compiles the training step, which takes a while on a small CPU.
+            if budget_seconds:
+                self.bar = tqdm(total=round(budget_seconds), unit="s", desc="compiling", dynamic_ncols=True)
+            else:
+                self.bar = tqdm(total=total_steps, unit="step", desc="compiling", dynamic_ncols=True)
+            self.compiled = False
+
+        def on_train_batch_end(self, batch, logs=None):
+            if not self.compiled:
+                self.compiled = True
+                self.bar.set_description("training")
+            if batch % 20 == 0:
+                names = {"loss": "loss", "accuracy": "token_acc"}
+                shown = {names[k]: f"{float(v):.4f}" for k, v in (logs or {}).items() if k in names}
+                self.bar.set_postfix(shown, refresh=False)
+            if budget_seconds:
+                self.bar.n = min(round(time.monotonic() - self.start), self.bar.total)
+                self.bar.refresh()
+            else:
+                self.bar.update(1)
+
+        def on_train_end(self, logs=None):
+            if budget_seconds:
+                self.bar.n = self.bar.total
+                self.bar.refresh()
+            self.bar.close()
+
+    return ProgressBar()

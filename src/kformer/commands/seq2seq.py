@@ -1,8 +1,8 @@
 """``kformer train arithmetic``, ``kformer demo`` and the arithmetic side of ``evaluate``/``attention``.
 
-Argument parsing lives in the ``register``/``_run_*`` functions; the work is done by plain
-functions (:func:`train_arithmetic`, :func:`load_arithmetic`, :func:`solve_problems`,
-:func:`draw_attention`) that a script or server can call. Keras is imported inside functions so
+Argument parsing lives in the ``register``/``_run_*`` functions; training is the plain function
+:func:`train_arithmetic`, and using a trained model (:func:`~kformer.models.arithmetic.load_arithmetic`,
+``solve_problems``, ``draw_attention``) lives in :mod:`kformer.models.arithmetic`. Keras is imported inside functions so
 ``kformer --help`` stays instant.
 """
 
@@ -11,14 +11,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from kformer.errors import KformerError
+from kformer.models.arithmetic import (
+    MODEL_FILE,
+    TASK,
+    draw_attention,
+    load_arithmetic,
+    solve_problems,
+)
 
-TASK = "arithmetic"
-MODEL_FILE = "model.keras"
 METRICS_FILE = "metrics.json"
 TRAINING_DIR = "training"  # checkpoints and logs of the run
 DEFAULT_RECIPE = "arithmetic"
@@ -221,13 +225,13 @@ def train_arithmetic(settings: dict, out_dir, progress: bool = True, command: li
         label_smoothing=float(settings["label_smoothing"]), weight_decay=float(settings["weight_decay"]),
         jit_compile=bool(settings["jit_compile"]),
     )
-    schedule = budget_schedule(
+    schedule = training.budget_schedule(
         float(settings["learning_rate"]), int(settings["warmup_steps"]), epochs * steps,
         None if max_minutes is None else float(max_minutes) * 60.0, float(settings["final_lr_ratio"]),
     )
     callbacks: list = [schedule]
     if progress:
-        callbacks.append(progress_bar(epochs * steps, None if max_minutes is None else float(max_minutes) * 60.0))
+        callbacks.append(training.progress_bar(epochs * steps, None if max_minutes is None else float(max_minutes) * 60.0))
     batches = problem_batches(fmt, int(settings["batch_size"]), steps, seed=int(settings["seed"]) + 2)
     # Every batch is fresh problems, so the training loss already measures generalisation: no
     # separate validation set (and no second XLA compilation for it).
@@ -293,153 +297,7 @@ def problem_batches(fmt, batch_size: int, steps: int, seed: int):
     return ProblemBatches()
 
 
-def budget_schedule(peak, warmup_steps, total_steps, budget_seconds=None, final_ratio=0.02):
-    """A callback setting the learning rate: linear warmup over ``warmup_steps``, then cosine decay
-    to ``peak * final_ratio`` by whichever comes first, ``total_steps`` or the end of
-    ``budget_seconds`` of training (so a time-bounded run still ends at a low rate). The clock
-    for the budget starts after the first batch, whose time (graph tracing / XLA compilation)
-    is taken off the budget rather than off the decay. Its ``steps`` counts batches."""
-    import math
-
-    import keras
-
-    class WarmupCosineByBudget(keras.callbacks.Callback):
-        steps = 0
-
-        def on_train_begin(self, logs=None):
-            self.began = time.monotonic()
-            self.start, self.budget = None, budget_seconds
-
-        def rate(self) -> float:
-            warmup = max(int(warmup_steps), 1)
-            if self.steps < warmup:
-                return peak * (self.steps + 1) / warmup
-            progress = (self.steps - warmup) / max(int(total_steps) - warmup, 1)
-            if self.budget and self.start is not None:
-                progress = max(progress, (time.monotonic() - self.start) / max(self.budget, 1e-3))
-            floor = peak * final_ratio
-            return floor + (peak - floor) * 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
-
-        def on_train_batch_begin(self, batch, logs=None):
-            self.model.optimizer.learning_rate.assign(self.rate())
-
-        def on_train_batch_end(self, batch, logs=None):
-            self.steps += 1
-            if self.start is None:
-                self.start = time.monotonic()
-                if budget_seconds:
-                    self.budget = budget_seconds - (self.start - self.began)
-
-    return WarmupCosineByBudget()
-
-
-def progress_bar(total_steps, budget_seconds=None):
-    """A callback drawing a tqdm bar over the time budget (or the steps) with loss and accuracy."""
-    import keras
-    from tqdm.auto import tqdm
-
-    class ProgressBar(keras.callbacks.Callback):
-        def on_train_begin(self, logs=None):
-            self.start = time.monotonic()
-            # The first batch compiles the training step, which takes a while on a small CPU.
-            if budget_seconds:
-                self.bar = tqdm(total=round(budget_seconds), unit="s", desc="compiling", dynamic_ncols=True)
-            else:
-                self.bar = tqdm(total=total_steps, unit="step", desc="compiling", dynamic_ncols=True)
-            self.compiled = False
-
-        def on_train_batch_end(self, batch, logs=None):
-            if not self.compiled:
-                self.compiled = True
-                self.bar.set_description("training")
-            if batch % 20 == 0:
-                names = {"loss": "loss", "accuracy": "token_acc"}
-                shown = {names[k]: f"{float(v):.4f}" for k, v in (logs or {}).items() if k in names}
-                self.bar.set_postfix(shown, refresh=False)
-            if budget_seconds:
-                self.bar.n = min(round(time.monotonic() - self.start), self.bar.total)
-                self.bar.refresh()
-            else:
-                self.bar.update(1)
-
-        def on_train_end(self, logs=None):
-            if budget_seconds:
-                self.bar.n = self.bar.total
-                self.bar.refresh()
-            self.bar.close()
-
-    return ProgressBar()
-
-
 # --- using a trained model -----------------------------------------------------------------------
-
-
-def load_arithmetic(model_dir):
-    """``(model, format, manifest)`` from a folder written by :func:`train_arithmetic`."""
-    import kformer.models.seq2seq  # noqa: F401  registers Seq2SeqTransformer for loading
-    from kformer.artifacts import load_keras_model, read_manifest
-    from kformer.data.arithmetic import ArithmeticFormat
-
-    manifest = read_manifest(model_dir)
-    if manifest.get("task") != TASK:
-        raise KformerError(f"{model_dir} holds a '{manifest.get('task')}' model, not an arithmetic one")
-    try:
-        fmt = ArithmeticFormat(**manifest["format"])
-    except (KeyError, TypeError):
-        raise KformerError(f"{model_dir}/kformer.json has no valid 'format'; retrain the model") from None
-    model = load_keras_model(Path(model_dir) / manifest.get("model_file", MODEL_FILE))
-    return model, fmt, manifest
-
-
-def solve_problems(model, fmt, problems, beam: int = 1, batch_size: int = 1000) -> list[int | None]:
-    """Answer ``[(a, op, b), ...]`` with the model; None where its output is not a number."""
-    from kformer.models.generation import beam_search, greedy_decode
-
-    _check_operands(fmt, problems)
-    answers: list[int | None] = []
-    for start in range(0, len(problems), batch_size):
-        source = fmt.encode_sources(problems[start : start + batch_size])
-        if beam > 1:
-            generated = beam_search(model, source, fmt.target_length, beam_width=beam)
-        else:
-            generated = greedy_decode(model, source, fmt.target_length)
-        answers.extend(fmt.decode_answer(row) for row in generated)
-    return answers
-
-
-def _check_operands(fmt, problems) -> None:
-    limit = 10**fmt.digits
-    for a, op, b in problems:
-        if a >= limit or b >= limit or op not in fmt.ops:
-            raise KformerError(
-                f"{a}{op}{b} is outside what this model learned ({fmt.digits}-digit operands, operators "
-                f"'{fmt.ops}')"
-            )
-
-
-def draw_attention(model, fmt, problem_text: str, out_dir) -> list[Path]:
-    """Solve one problem and draw encoder, decoder-self and cross attention PNGs into ``out_dir``."""
-    import numpy as np
-
-    from kformer.data.arithmetic import parse_problem
-    from kformer.models.generation import greedy_decode
-    from kformer.text.specials import END_ID, START, START_ID
-    from kformer.viz import plot_attention
-
-    problem = parse_problem(problem_text)
-    _check_operands(fmt, [problem])
-    vocab = fmt.vocabulary
-    source = fmt.encode_sources([problem])
-    generated = greedy_decode(model, source, fmt.target_length)[0]
-    # The decoder reads [START] + answer; an answer that never ended is cut to the positions it has.
-    answer_ids = [int(t) for t in generated if t > END_ID][: model.max_target_length - 1]
-    target_in = np.array([[START_ID, *answer_ids]], dtype="int32")
-    maps = {name: stack[0] for name, stack in model.attention_maps(source, target_in).items()}
-    source_tokens = fmt.source_tokens(*problem)
-    target_tokens = [START] + [vocab.tokens[t] for t in answer_ids]
-    rows = {"encoder": source_tokens, "decoder_self": target_tokens, "cross": target_tokens}
-    cols = {"encoder": source_tokens, "decoder_self": target_tokens, "cross": source_tokens}
-    return plot_attention(maps, rows, cols, out_dir)
 
 
 # --- kformer evaluate / kformer attention for arithmetic folders -----------------------------------
