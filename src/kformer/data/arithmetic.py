@@ -113,12 +113,12 @@ class ArithmeticFormat:
         """Inverse of :meth:`answer_text`; None for text that is not a well-formed answer."""
         if self.reverse_answer:
             body, sign = text[:-1], text[-1:]
-            if len(body) != self.digits + 1 or not body.isdigit() or sign not in ("+", "-"):
+            if len(body) != self.digits + 1 or not _is_digits(body) or sign not in ("+", "-"):
                 return None
             value = int(body[::-1])
             return value - 10 ** (self.digits + 1) if sign == "-" else value
         body = text[1:] if text.startswith("-") else text
-        if not body.isdigit():
+        if not _is_digits(body):
             return None
         return int(text)
 
@@ -210,7 +210,7 @@ def parse_problem(text: str) -> tuple[int, str, int]:
     for position in range(1, len(compact)):
         if compact[position] in OPERATORS:
             left, right = compact[:position], compact[position + 1 :]
-            if left.isdigit() and right.isdigit():
+            if _is_digits(left) and _is_digits(right):
                 return int(left), compact[position], int(right)
     raise KformerError(f"'{text}' is not a problem like 1234+4567 or 1234-4567 (non-negative whole numbers)")
 
@@ -224,11 +224,14 @@ def parse_problem_line(line: str) -> tuple[tuple[int, str, int], int]:
     else:
         raise KformerError("expected 'PROBLEM=ANSWER' or 'PROBLEM<TAB>ANSWER'")
     answer = answer.strip().lstrip("=")
-    try:
-        value = int(answer)
-    except ValueError:
-        raise KformerError(f"answer '{answer}' is not a whole number") from None
-    return parse_problem(problem), value
+    if not _is_digits(answer[1:] if answer.startswith(("+", "-")) else answer):
+        raise KformerError(f"answer '{answer}' is not a whole number (digits 0-9, optionally signed)")
+    return parse_problem(problem), int(answer)
+
+
+def _is_digits(text: str) -> bool:
+    """ASCII digits only: ``str.isdigit`` also accepts '²' and '١', which are not what was meant."""
+    return text.isascii() and text.isdigit()
 
 
 def score_answers(predicted: list[int | None], expected: list[int]) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,7 +43,7 @@ def read_text_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
                 if line_number == 1:
                     line = line.removeprefix("\ufeff")
                 yield line_number, line.rstrip("\r\n")
-    except (OSError, EOFError) as exc:
+    except (OSError, EOFError, zlib.error) as exc:  # zlib.error: a .gz whose compressed data is damaged
         raise KformerError(f"{path}: cannot read it ({exc})") from None
 
 

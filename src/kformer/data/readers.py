@@ -67,7 +67,17 @@ def _read_table(path: Path, sep: str) -> list[dict[str, str]]:
     except (pd.errors.ParserError, ValueError) as exc:
         reason = (str(exc).strip().splitlines() or ["parse error"])[0]
         raise KformerError(f"{path} is not a valid {'CSV' if sep == ',' else 'TSV'} file ({reason})") from None
-    frame.columns = [str(c).strip() for c in frame.columns]
+    if not isinstance(frame.index, pd.RangeIndex):  # pandas made the surplus leading fields an index
+        extra = frame.index.nlevels
+        raise KformerError(
+            f"{path}: every row has {extra} more field(s) than the header ({', '.join(map(str, frame.columns))}); "
+            f"quote texts that contain '{sep}' or add the missing column names"
+        )
+    columns = [str(c).strip() for c in frame.columns]
+    twice = sorted({c for c in columns if columns.count(c) > 1})
+    if twice:
+        raise KformerError(f"{path}: the header names column(s) {', '.join(map(repr, twice))} twice; rename one of them")
+    frame.columns = columns
     return frame.to_dict("records")
 
 
@@ -80,10 +90,29 @@ def _read_jsonl(path: Path) -> list[dict]:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
             raise KformerError(f"{path}: line {line_number} is not valid JSON ({exc.msg}); one JSON object per line") from None
+        except (ValueError, RecursionError) as exc:  # a number of over 4300 digits, nesting too deep
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).split(";")[0]
+            raise KformerError(f"{path}: line {line_number} cannot be read as JSON ({reason}); one flat JSON object per line") from None
         if not isinstance(row, dict):
             raise KformerError(f"{path}: line {line_number} is not a JSON object; write {{\"text\": ..., \"label\": ...}}")
+        if "\\u" in line and not all(_encodable(k) and _encodable(v) for k, v in row.items()):
+            raise KformerError(
+                f"{path}: line {line_number} has an unpaired surrogate escape (such as \\ud800), which is not text; "
+                "write the character itself or its surrogate pair"
+            )
         rows.append(row)
     return rows
+
+
+def _encodable(value) -> bool:
+    """False for a string with a lone surrogate (JSON can escape one; UTF-8 cannot hold it)."""
+    if not isinstance(value, str):
+        return True  # other values become text through str(), which escapes surrogates
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _read_folder(path: Path, text_column: str, label_column: str) -> list[dict]:

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from kformer.errors import KformerError
-from kformer.text.specials import END, END_ID, PAD, START, START_ID, UNK
+from kformer.text.specials import END, END_ID, PAD, SPECIAL_TOKENS, START, START_ID, UNK
 
 # Room for the 256 byte pieces and the specials on top of the characters a corpus uses.
 MIN_VOCAB_SIZE = 300
@@ -27,18 +27,25 @@ MIN_VOCAB_SIZE = 300
 def train_sentencepiece(texts: Iterable[str], vocab_size: int, seed_characters: str = "") -> bytes:
     """Learn a unigram SentencePiece model from ``texts``; returns the serialized model proto.
 
-    ``vocab_size`` is an upper bound: a small corpus gets the vocabulary it can support.
+    ``vocab_size`` is an upper bound: a small corpus gets the vocabulary it can support. It is
+    raised where needed to hold every character of the corpus besides the byte and special pieces.
     """
     import sentencepiece as spm
 
     texts = [t for t in texts if t]
     if not texts:
         raise KformerError("cannot learn a subword vocabulary from no text")
+    # character_coverage=1.0 makes every character a piece, on top of the byte pieces and the
+    # specials: a smaller vocab_size is a sentencepiece RuntimeError, so lift it to that floor.
+    characters: set[str] = {" "}
+    for text in texts:
+        characters.update(text)
+    floor = len(characters) + 256 + len(SPECIAL_TOKENS) + len(seed_characters)
     writer = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(texts),
         model_writer=writer,
-        vocab_size=max(int(vocab_size), MIN_VOCAB_SIZE),
+        vocab_size=max(int(vocab_size), MIN_VOCAB_SIZE, floor),
         hard_vocab_limit=False,
         model_type="unigram",
         character_coverage=1.0,
