@@ -23,7 +23,8 @@ import tempfile
 
 import kformer  # noqa: F401  (default backend)
 from bench.harness import record_results
-from kformer.commands.seq2seq import settings_from, train_arithmetic
+from kformer.config import make_config
+from kformer.tasks import arithmetic
 
 REFERENCE_RECIPE = {
     "source_style": "chars",
@@ -53,9 +54,9 @@ def main() -> None:
     common = {"max_minutes": args.minutes, "held_out_size": args.held_out, "digits": args.digits, "epochs": 10**6}
     rows = []
     for system, overrides in (("reference recipe", REFERENCE_RECIPE), ("kformer", {})):
-        settings = settings_from("arithmetic", {**overrides, **common})
+        config = make_config(arithmetic.ArithmeticConfig, "arithmetic", "arithmetic", {**overrides, **common})
         with tempfile.TemporaryDirectory() as out:
-            metrics = train_arithmetic(settings, out, progress=False)
+            metrics = arithmetic.train(config, None, out).metrics
         rows.append({
             "system": system,
             "exact_match": metrics["exact_match"],

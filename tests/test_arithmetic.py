@@ -81,23 +81,28 @@ def test_problem_parsing():
 
 
 TINY_RECIPE = """
+task = "arithmetic"
+[data]
 digits = 2
+held_out_size = 40
+[model]
 dim = 16
 heads = 2
 ff_dim = 32
 encoder_layers = 1
 decoder_layers = 1
+[training]
 batch_size = 64
 steps_per_epoch = 10
 epochs = 2
 warmup_steps = 2
 jit_compile = false
-held_out_size = 40
 """
 
 
 def test_cli_train_evaluate_attention_and_errors(tmp_path, capsys, monkeypatch):
     from kformer.models import generation
+    from kformer.tasks import arithmetic
 
     monkeypatch.setattr(generation, "COMPILE", False)  # a handful of decoding steps: skip compiling
     recipe = tmp_path / "tiny.toml"
@@ -105,19 +110,26 @@ def test_cli_train_evaluate_attention_and_errors(tmp_path, capsys, monkeypatch):
     out = tmp_path / "model"
     assert main(["train", "arithmetic", "--recipe", str(recipe), "--out", str(out), "--quiet"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
-    assert 0.0 <= metrics["exact_match"] <= metrics["char_accuracy"] <= 1.0
     assert metrics["held_out_size"] == 40 and metrics["steps"] == 20 and metrics["recipe"]["digits"] == 2
     manifest = json.loads((out / "kformer.json").read_text())
-    assert manifest["task"] == "arithmetic" and (out / "model.keras").is_file()
-    assert "exact match" in capsys.readouterr().out
+    assert manifest["task"] == "arithmetic" and manifest["format_version"] == 1 and (out / "model.keras").is_file()
+    printed = capsys.readouterr().out
+    assert f"exact match {100 * metrics['exact_match']:.2f}%" in printed
+
+    # The held-out scores in metrics.json are the model's answers to those problems, re-scored.
+    model = arithmetic.load(out)
+    held = model.format.held_out_problems(40, seed=2026)
+    answers = model.solve(held)
+    assert metrics["exact_match"] == pytest.approx(np.mean([a == solve(*p) for a, p in zip(answers, held, strict=True)]))
 
     data = tmp_path / "problems.txt"
-    fmt = ArithmeticFormat(digits=2)
-    problems = fmt.held_out_problems(12)
+    problems = held[:12]
     data.write_text("".join(f"{a}{op}{b}={solve(a, op, b)}\n" for a, op, b in problems) + "\n")
     assert main(["evaluate", str(out), "--data", str(data), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["n"] == 12 and 0.0 <= report["exact_match"] <= 1.0
+    expected_right = sum(a == solve(*p) for a, p in zip(answers[:12], problems, strict=True))
+    assert report["n"] == 12 and report["exact_match"] == pytest.approx(expected_right / 12)
+    assert len(report["wrong_examples"]) == min(10, 12 - expected_right)
 
     pictures = tmp_path / "pics"
     assert main(["attention", str(out), "12+34", "--out", str(pictures)]) == 0
@@ -138,3 +150,5 @@ def test_cli_train_evaluate_attention_and_errors(tmp_path, capsys, monkeypatch):
     assert main(["evaluate", str(out), "--data", str(data)]) == 2
     assert "line 2" in capsys.readouterr().err
     assert main(["train", "arithmetic", "--out", str(tmp_path / "x"), "--ops", "*"]) == 2
+    assert "--ops" in capsys.readouterr().err  # the library's field, shown as the command's flag
+    assert not (tmp_path / "x").exists()

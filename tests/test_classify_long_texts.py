@@ -32,7 +32,7 @@ def test_windowed_encoder_matches_full_attention_within_one_window_and_ignores_p
     import keras
 
     from kformer.artifacts import load_keras_model
-    from kformer.models.classifier import _window_layers, build_encoder_classifier
+    from kformer.models.classifier import build_encoder_classifier
 
     keras.utils.set_random_seed(0)
     windowed = build_encoder_classifier(30, 3, 8, dim=8, heads=2, ff_dim=16, window=8, dropout=0.0)
@@ -50,7 +50,6 @@ def test_windowed_encoder_matches_full_attention_within_one_window_and_ignores_p
     # A text spanning three windows differs from its first window alone (the later windows count).
     assert np.abs(probs[0] - windowed.predict(long[:1, :8], verbose=0)[0]).max() > 1e-4
 
-    _window_layers()
     path = tmp_path / "model.keras"
     windowed.save(path)
     np.testing.assert_allclose(load_keras_model(path).predict(long, verbose=0), probs, atol=1e-6)

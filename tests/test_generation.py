@@ -18,9 +18,10 @@ def _model(vocab=12, seed=0, **overrides):
     import keras
 
     keras.utils.set_random_seed(seed)
-    settings = dict(dim=16, heads=2, ff_dim=32, encoder_layers=1, decoder_layers=2, dropout=0.0)
+    settings = dict(dim=16, heads=2, ff_dim=32, encoder_layers=1, decoder_layers=2, dropout=0.0,
+                    max_source_length=8, max_target_length=9)
     settings.update(overrides)
-    return Seq2SeqTransformer(10, vocab, 8, 9, **settings)
+    return Seq2SeqTransformer(10, vocab, **settings)
 
 
 def _sharpen(model, scale=4.0):
@@ -127,3 +128,26 @@ def test_bad_lengths_and_widths_are_clear_errors(model, eager):
         beam_search(model, SOURCE, 5, beam_width=0)
     with pytest.raises(KformerError, match="source ids"):
         greedy_decode(model, np.zeros((0, 3), "int32"), 5)
+
+
+def test_decoding_reaches_the_compiled_loop_with_a_few_shapes_only(eager):
+    """50 sources of 50 distinct lengths at batch sizes 1..32: at most 12 (batch, width) shapes
+    reach the compiled greedy loop, and bucketing changes no answer."""
+    from kformer.data.batching import pad_batch
+
+    wide = _sharpen(_model(max_source_length=64, decoder_layers=1))
+    rng = np.random.default_rng(0)
+    sources = [rng.integers(4, 10, size=length).tolist() for length in rng.permutation(np.arange(1, 51))]
+    shapes = set()
+    for batch_size in range(1, 33):
+        for start in range(0, len(sources), batch_size):
+            padded = pad_batch(sources[start : start + batch_size], limit=64)
+            shapes |= {chunk.shape for chunk, _ in generation._decode_chunks(wide, padded)}
+    assert len(shapes) <= 12 and shapes <= set(generation.decode_shapes(wide))
+    # What greedy_decode sends to the compiled loop is exactly those chunks, and padding rows
+    # and columns change no answer.
+    alone = [strip_special(greedy_decode(wide, np.array([s], "int32"), 4)[0]) for s in sources[:5]]
+    together = greedy_decode(wide, pad_batch(sources[:5], limit=64), 4)
+    assert [strip_special(row) for row in together] == alone
+    called = generation._compiled(wide)["shapes"]
+    assert {(batch, width) for batch, width, _ in called} <= set(generation.decode_shapes(wide))

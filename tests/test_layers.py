@@ -256,7 +256,7 @@ def test_decoder_target_padding_masks_keys():
     block = DecoderBlock(16, 2, 32, dropout=0.0)
     target = random(1, 4, 16)
     decoder_mask = np.array([[True, True, False, False]])
-    _, self_scores, _ = block(target, random(1, 5, 16), decoder_mask=decoder_mask, return_attention_scores=True)
+    _, self_scores, _ = block(target, random(1, 5, 16), mask=decoder_mask, return_attention_scores=True)
     assert np.all(numpy(self_scores)[..., 2:] == 0.0)
 
 

@@ -1,15 +1,16 @@
 """Training plumbing shared by every task: recipes, seeds, schedules and callbacks.
 
-- :func:`load_recipe` reads a named recipe (``src/kformer/recipes/NAME.toml``) or a user's TOML.
 - :class:`WarmupDecay` is a serializable learning-rate schedule (linear warmup, then cosine or
   linear decay).
 - :func:`standard_callbacks` gives early stopping with best weights restored, a time budget
   (:class:`TimeBudget`), an atomic checkpoint per epoch (:class:`EpochCheckpoint`), TensorBoard
   logs and a CSV history; :func:`restore_checkpoint` resumes from the last checkpoint.
 - :func:`fit` runs ``model.fit`` with all of the above and reports what happened.
-- :class:`BucketedBatches` batches token ids of similar length, cut to the batch's longest row.
-- :func:`budget_schedule` (warmup, then cosine decay over the steps or a time budget) and
-  :func:`progress_bar` (a tqdm bar over the budget) for generated-data and seq2seq training.
+- :func:`budget_schedule` (warmup, then cosine decay over the steps or a time budget) for
+  generated-data and seq2seq training.
+- :class:`ProgressReporter` turns Keras' batch and epoch ends into :class:`ProgressEvent` calls
+  of a caller's ``progress`` function (the CLI draws a bar, a server reports a percentage);
+  nothing in training prints.
 """
 
 from __future__ import annotations
@@ -19,45 +20,19 @@ import json
 import math
 import os
 import time
-import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import keras
+import numpy as np
 
 from kformer.artifacts import save_keras_atomic, write_json_atomic
-from kformer.errors import KformerError
+from kformer.errors import BadInput, CorruptModel
 
-RECIPES_DIR = Path(__file__).parent / "recipes"
 CHECKPOINT_NAME = "checkpoint.keras"
 CHECKPOINT_STATE_NAME = "checkpoint.json"
-
-
-# --- recipes -----------------------------------------------------------------------------------
-
-
-def available_recipes() -> list[str]:
-    """Names of the recipes shipped with kformer."""
-    return sorted(p.stem for p in RECIPES_DIR.glob("*.toml"))
-
-
-def load_recipe(name_or_path: str | os.PathLike) -> dict[str, Any]:
-    """Read a recipe: a NAME shipped in ``kformer/recipes/`` or the PATH of a TOML file."""
-    text = str(name_or_path)
-    path = Path(text)
-    if not (path.suffix == ".toml" or os.sep in text or path.is_file()):
-        path = RECIPES_DIR / f"{text}.toml"
-        if not path.is_file():
-            names = ", ".join(available_recipes()) or "none"
-            raise KformerError(f"unknown recipe '{text}'; available: {names} (or pass the path of a .toml file)")
-    if not path.is_file():
-        raise KformerError(f"recipe file {path} does not exist")
-    try:
-        with open(path, "rb") as handle:
-            return tomllib.load(handle)
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise KformerError(f"recipe {path} is not valid TOML ({exc})") from None
 
 
 def set_seed(seed: int) -> None:
@@ -108,80 +83,80 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         }
 
 
-# --- batches of similar length --------------------------------------------------------------------
+# --- progress ----------------------------------------------------------------------------------
 
 
-class BucketedBatches:
-    """Batches of token-id rows of similar length, each cut to its longest row (rounded up).
+@dataclass(frozen=True)
+class ProgressEvent:
+    """One report from a training run, for a caller's ``progress`` function.
 
-    ``x`` is ``(n, max_length)`` int ids padded with 0 at the end; ``y`` (and optional
-    ``sample_weight``) are indexed alongside. Rows are shuffled each epoch (with ``shuffle``),
-    sorted by length within chunks of 64 batches, and the batches shuffled, so a batch of short
-    texts costs a short sequence. Widths are rounded up to a multiple that leaves at most about
-    8 distinct shapes, so compiled step functions are reused.
-    ``batches[i]`` is ``(x (batch, width), y)`` or ``(x, y, sample_weight)``; :meth:`dataset` gives
-    a ``tf.data.Dataset`` with a variable-width signature that re-arranges the rows every epoch.
+    ``stage`` is ``"compiling"`` (the first batch, which traces/compiles the step), ``"training"``
+    (a batch ended), ``"epoch"`` (an epoch ended; ``logs`` has its training and validation
+    metrics) or ``"done"``. ``fraction`` is the share of the run done: of the steps, or of the
+    time budget when that ends first.
     """
 
-    def __init__(self, x, y, batch_size: int = 32, shuffle: bool = True, seed: int = 0, sample_weight=None):
-        import numpy as np
+    stage: str
+    fraction: float
+    step: int = 0
+    total_steps: int | None = None
+    epoch: int = 0
+    epochs: int | None = None
+    seconds: float = 0.0
+    seconds_left: float | None = None
+    logs: dict[str, float] = field(default_factory=dict)
 
-        self.x, self.y = np.asarray(x), np.asarray(y)
-        self.sample_weight = None if sample_weight is None else np.asarray(sample_weight, dtype="float32")
-        self.lengths = (self.x != 0).sum(axis=1)
-        self.batch_size, self.shuffle, self.seed, self.epoch = int(batch_size), shuffle, int(seed), 0
-        self.multiple = max(8, -(-self.x.shape[1] // 8))
-        self._arrange()
 
-    def _arrange(self) -> None:
-        import numpy as np
+Progress = Callable[[ProgressEvent], None]
 
-        rng = np.random.default_rng(self.seed + self.epoch)
-        n = len(self.x)
-        order = rng.permutation(n) if self.shuffle else np.arange(n)
-        chunk = self.batch_size * 64
-        batches = []
-        for start in range(0, n, chunk):
-            part = order[start:start + chunk]
-            part = part[np.argsort(self.lengths[part], kind="stable")]
-            batches += [part[i:i + self.batch_size] for i in range(0, len(part), self.batch_size)]
-        if self.shuffle:
-            batches = [batches[i] for i in rng.permutation(len(batches))]
-        self.batches = batches
 
-    def width(self, rows) -> int:
-        longest = max(int(self.lengths[rows].max()), 1)
-        return min(self.x.shape[1], -(-longest // self.multiple) * self.multiple)
+class ProgressReporter(keras.callbacks.Callback):
+    """Calls ``progress(ProgressEvent)`` at the first batch, every ``every_seconds`` of batches,
+    and at every epoch end. ``total_steps`` counts all batches of the run (``initial_epoch``
+    included); ``budget_seconds`` is the time budget, if any."""
 
-    def __len__(self) -> int:
-        return len(self.batches)
+    def __init__(self, progress: Progress, total_steps: int | None, epochs: int | None,
+                 budget_seconds: float | None = None, every_seconds: float = 0.5, initial_step: int = 0):
+        super().__init__()
+        self.progress, self.total_steps, self.epochs = progress, total_steps, epochs
+        self.budget_seconds, self.every_seconds = budget_seconds, every_seconds
+        self.step, self.epoch = int(initial_step), 0
 
-    def __getitem__(self, index):
-        rows = self.batches[index]
-        x = self.x[rows, : self.width(rows)]
-        if self.sample_weight is None:
-            return x, self.y[rows]
-        return x, self.y[rows], self.sample_weight[rows]
+    def _event(self, stage: str, logs=None) -> ProgressEvent:
+        seconds = time.monotonic() - self.start
+        fractions = [self.step / self.total_steps] if self.total_steps else []
+        if self.budget_seconds:
+            fractions.append(seconds / self.budget_seconds)
+        fraction = min(max(fractions, default=0.0), 1.0)
+        left = None
+        if self.budget_seconds:
+            left = max(self.budget_seconds - seconds, 0.0)
+        if fraction > 0 and stage != "compiling":
+            by_rate = seconds * (1 - fraction) / fraction
+            left = by_rate if left is None else min(left, by_rate)
+        scalars = {k: float(v) for k, v in (logs or {}).items() if np.ndim(v) == 0}
+        return ProgressEvent(stage, fraction, self.step, self.total_steps, self.epoch, self.epochs,
+                             seconds, left, scalars)
 
-    def _generate(self):
-        for index in range(len(self)):
-            yield self[index]
-        self.epoch += 1
-        if self.shuffle:
-            self._arrange()
+    def on_train_begin(self, logs=None):
+        self.start = self.last = time.monotonic()
+        self.progress(self._event("compiling"))
 
-    def dataset(self):
-        """The batches as a ``tf.data.Dataset`` (any width; rows re-arranged each epoch)."""
-        import tensorflow as tf
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch + 1
 
-        signature = [
-            tf.TensorSpec((None, None), tf.as_dtype(self.x.dtype)),
-            tf.TensorSpec((None, *self.y.shape[1:]), tf.as_dtype(self.y.dtype)),
-        ]
-        if self.sample_weight is not None:
-            signature.append(tf.TensorSpec((None,), tf.float32))
-        data = tf.data.Dataset.from_generator(self._generate, output_signature=tuple(signature))
-        return data.apply(tf.data.experimental.assert_cardinality(len(self))).prefetch(2)
+    def on_train_batch_end(self, batch, logs=None):
+        self.step += 1
+        now = time.monotonic()
+        if now - self.last >= self.every_seconds:
+            self.last = now
+            self.progress(self._event("training", logs))
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.progress(self._event("epoch", logs))
+
+    def on_train_end(self, logs=None):
+        self.progress(self._event("done", logs))
 
 
 # --- callbacks ---------------------------------------------------------------------------------
@@ -237,7 +212,7 @@ def last_checkpoint(out_dir: str | os.PathLike) -> tuple[Path, int] | None:
     try:
         epochs_done = int(json.loads(state_path.read_text(encoding="utf-8"))["epochs_done"])
     except (ValueError, KeyError, TypeError):
-        raise KformerError(f"{state_path} is corrupt; delete it and {model_path.name} to start afresh") from None
+        raise CorruptModel(f"{state_path} is corrupt; delete it and {model_path.name} to start afresh") from None
     return model_path, epochs_done
 
 
@@ -257,7 +232,7 @@ def restore_checkpoint(model: keras.Model, out_dir: str | os.PathLike) -> int:
         model.load_weights(path)
     except Exception as exc:  # shape mismatch, damaged zip
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        raise KformerError(f"cannot resume from {path} ({reason}); use the same settings or a new --out") from None
+        raise BadInput(f"cannot resume from {path} ({reason}); use the same settings or a new --out") from None
     return epochs_done
 
 
@@ -320,16 +295,17 @@ def fit(
     max_minutes: float | None = None,
     resume: bool = False,
     monitor: str = "val_loss",
-    verbose: int | str = "auto",
     batch_size: int | None = None,
     class_weight: dict | None = None,
     callbacks: list | None = None,
+    progress: Progress | None = None,
 ) -> FitResult:
     """``model.fit`` with :func:`standard_callbacks`; with ``resume`` it continues from the last checkpoint.
 
     ``train`` is a ``tf.data.Dataset`` (or anything ``model.fit`` takes as ``x``) or an ``(x, y)``
     tuple; ``validation`` is what ``validation_data`` takes; ``batch_size`` applies to arrays.
-    Without ``validation`` early stopping watches the training loss.
+    Without ``validation`` early stopping watches the training loss. Nothing is printed:
+    ``progress`` (if given) receives a :class:`ProgressEvent` per epoch and every half second.
     """
     if validation is None and monitor.startswith("val_"):
         monitor = monitor[4:]
@@ -341,6 +317,14 @@ def fit(
         epochs_run = 0
     else:
         x, y = train if isinstance(train, tuple) else (train, None)
+        extra = list(callbacks or [])
+        if progress is not None:
+            steps = _steps_per_epoch(x, batch_size)
+            extra.append(ProgressReporter(
+                progress, None if steps is None else steps * epochs, epochs,
+                None if max_minutes is None else float(max_minutes) * 60.0,
+                initial_step=0 if steps is None else steps * initial_epoch,
+            ))
         result = model.fit(
             x,
             y,
@@ -349,9 +333,9 @@ def fit(
             initial_epoch=initial_epoch,
             batch_size=None if y is None else batch_size,
             shuffle=y is not None,  # a dataset arrives already shuffled (Keras would warn)
-            callbacks=standard + list(callbacks or []),
+            callbacks=standard + extra,
             class_weight=class_weight,
-            verbose=verbose,
+            verbose=0,
         )
         history = {k: [float(v) for v in vs] for k, vs in result.history.items()}
         epochs_run = len(next(iter(history.values()), []))
@@ -368,7 +352,19 @@ def fit(
     )
 
 
-# --- time-budget schedule and progress bar (generated-data and seq2seq training) -------------
+def _steps_per_epoch(x, batch_size: int | None) -> int | None:
+    """Batches per epoch of what ``model.fit`` gets as ``x`` (None when it cannot be known)."""
+    if hasattr(x, "cardinality"):  # tf.data
+        steps = int(x.cardinality())
+        return steps if steps > 0 else None
+    if hasattr(x, "__len__") and batch_size is None:  # a PyDataset / Sequence of batches
+        return len(x)
+    if batch_size:
+        return math.ceil(len(x) / batch_size)
+    return None
+
+
+# --- time-budget schedule (generated-data and seq2seq training) -------------------------------
 
 
 def budget_schedule(peak, warmup_steps, total_steps, budget_seconds=None, final_ratio=0.02):
@@ -406,40 +402,3 @@ def budget_schedule(peak, warmup_steps, total_steps, budget_seconds=None, final_
                     self.budget = budget_seconds - (self.start - self.began)
 
     return WarmupCosineByBudget()
-
-
-def progress_bar(total_steps, budget_seconds=None):
-    """A callback drawing a tqdm bar over the time budget (or the steps) with loss and accuracy."""
-    from tqdm.auto import tqdm
-
-    class ProgressBar(keras.callbacks.Callback):
-        def on_train_begin(self, logs=None):
-            self.start = time.monotonic()
-            # The first batch compiles the training step, which takes a while on a small CPU.
-            if budget_seconds:
-                self.bar = tqdm(total=round(budget_seconds), unit="s", desc="compiling", dynamic_ncols=True)
-            else:
-                self.bar = tqdm(total=total_steps, unit="step", desc="compiling", dynamic_ncols=True)
-            self.compiled = False
-
-        def on_train_batch_end(self, batch, logs=None):
-            if not self.compiled:
-                self.compiled = True
-                self.bar.set_description("training")
-            if batch % 20 == 0:
-                names = {"loss": "loss", "accuracy": "token_acc"}
-                shown = {names[k]: f"{float(v):.4f}" for k, v in (logs or {}).items() if k in names}
-                self.bar.set_postfix(shown, refresh=False)
-            if budget_seconds:
-                self.bar.n = min(round(time.monotonic() - self.start), self.bar.total)
-                self.bar.refresh()
-            else:
-                self.bar.update(1)
-
-        def on_train_end(self, logs=None):
-            if budget_seconds:
-                self.bar.n = self.bar.total
-                self.bar.refresh()
-            self.bar.close()
-
-    return ProgressBar()

@@ -12,12 +12,15 @@ from kformer.layers.decoder import DecoderBlock
 from kformer.layers.encoder import EncoderBlock
 from kformer.layers.masks import attention_mask, causal_mask, padding_mask
 from kformer.layers.positions import TokenAndPositionEmbedding, sinusoidal_table
+from kformer.layers.windows import SplitWindows, WindowedAverage
 
 __all__ = [
     "DecoderBlock",
     "EncoderBlock",
     "MaskedGlobalAveragePooling",
+    "SplitWindows",
     "TokenAndPositionEmbedding",
+    "WindowedAverage",
     "attention_mask",
     "causal_mask",
     "padding_mask",

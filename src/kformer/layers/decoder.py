@@ -21,12 +21,14 @@ class DecoderBlock(ResidualBlock):
     Args: as :class:`EncoderBlock` (``dim``, ``heads``, ``ff_dim``, ``dropout``, ``norm_first``).
 
     Call:
-        ``block(x, encoder_outputs, decoder_mask=None, encoder_mask=None,
+        ``block(x, encoder_outputs, mask=None, encoder_mask=None,
         self_attention_cache=None, cache_update_index=None, cross_attention_cache=None,
         return_attention_scores=False, training=None)``
 
-        - ``decoder_mask`` ``(batch, T)``: target padding (keys); self-attention is always causal.
-          Keras fills it in (as ``mask``) when ``x`` comes from a masking embedding.
+        - ``encoder_outputs`` ``(batch, S, dim)``, or None when ``cross_attention_cache`` is given;
+          one of the two is required (a ``ValueError`` otherwise).
+        - ``mask`` ``(batch, T)``: target padding (keys); self-attention is always causal.
+          Keras fills it in when ``x`` comes from a masking embedding.
         - ``encoder_mask`` ``(batch, S)``: source padding; padded encoder positions get zero weight.
         - ``self_attention_cache`` ``(batch, 2, max_T, heads, dim // heads)`` with
           ``cache_update_index`` (position of ``x``'s first token): keys/values of ``x`` are written
@@ -69,8 +71,8 @@ class DecoderBlock(ResidualBlock):
         encoder_outputs = drop_keras_mask(encoder_outputs)
         if not self.built:
             self.build(ops.shape(encoder_outputs), ops.shape(encoder_outputs))
-        keys = self.cross_attention._key_dense(encoder_outputs)
-        values = self.cross_attention._value_dense(encoder_outputs)
+        keys = self.cross_attention.key_dense(encoder_outputs)
+        values = self.cross_attention.value_dense(encoder_outputs)
         return ops.stack((keys, values), axis=1)
 
     def empty_self_attention_cache(self, batch_size, max_length):
@@ -81,7 +83,6 @@ class DecoderBlock(ResidualBlock):
         self,
         x,
         encoder_outputs=None,
-        decoder_mask=None,
         mask=None,
         encoder_mask=None,
         self_attention_cache=None,
@@ -90,10 +91,14 @@ class DecoderBlock(ResidualBlock):
         return_attention_scores=False,
         training=None,
     ):
-        decoder_mask = mask if decoder_mask is None else decoder_mask
+        if encoder_outputs is None and cross_attention_cache is None:
+            raise ValueError(
+                "DecoderBlock needs encoder_outputs (batch, S, dim) or a cross_attention_cache; "
+                "for a decoder-only stack use EncoderBlock with a causal attention mask"
+            )
         query_length = ops.shape(x)[1]
         if self_attention_cache is None:
-            self_mask = attention_mask(key_mask=decoder_mask, causal=True, query_length=query_length)
+            self_mask = attention_mask(key_mask=mask, causal=True, query_length=query_length)
         else:
             self_mask = attention_mask(
                 causal=True,
@@ -126,7 +131,7 @@ class DecoderBlock(ResidualBlock):
 
         def attend_encoder(h):
             h = drop_keras_mask(h)
-            memory = h if encoder_outputs is None else drop_keras_mask(encoder_outputs)
+            memory = h if encoder_outputs is None else drop_keras_mask(encoder_outputs)  # cached keys/values
             result = self.cross_attention(
                 h,
                 memory,

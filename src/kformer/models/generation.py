@@ -7,6 +7,12 @@ every step (the textbook translate loop); it exists to check the cache and to me
 
 Outputs follow one contract: int array ``(batch, <= max_length)`` of generated ids (no START),
 each row ending with END (unless it hit ``max_length``) and padded with PAD after it.
+
+Compiled decoding never recompiles per request: sources are decoded in chunks padded to a few
+*decode shapes* -- batch rounded up to one of :data:`BATCH_BUCKETS`, width to one of
+:func:`decode_widths` (a quarter, half or all of the model's longest source) -- and the
+generation buffers are sized to a width bucket of ``max_length``, the real ``max_length`` being
+applied inside the loop. :func:`decode_shapes` lists them all, so a server can warm each one.
 """
 
 from __future__ import annotations
@@ -17,8 +23,11 @@ import keras
 import numpy as np
 from keras import ops
 
-from kformer.errors import KformerError
+from kformer.data.batching import bucket_width
+from kformer.errors import BadInput
 from kformer.text.specials import END_ID, PAD_ID, START_ID
+
+BATCH_BUCKETS = (1, 4, 16, 64)  # decoding batches are padded to one of these; larger ones are split
 
 # Ids a decoder may never emit.
 _FORBIDDEN = (PAD_ID, START_ID)
@@ -45,8 +54,15 @@ def greedy_decode(model, source_ids, max_length, use_cache=True, stop_at_end=Tru
     source = _as_ids(source_ids)
     max_length = _check_length(model, max_length)
     if use_cache:
-        loop = _compiled(model)["greedy_loop"]
-        return _trim(np.asarray(loop(ops.convert_to_tensor(source), max_length, bool(stop_at_end))))
+        compiled = _compiled(model)
+        buffer = _buffer_length(model, max_length)
+        parts = []
+        for padded, rows in _decode_chunks(model, source):
+            compiled["shapes"].add((*padded.shape, buffer))
+            out = compiled["greedy_loop"](ops.convert_to_tensor(padded), ops.convert_to_tensor(max_length, "int32"),
+                                          buffer, bool(stop_at_end))
+            parts.append(np.asarray(out)[:rows, :max_length])
+        return _trim(np.concatenate(parts))
     stepper = _FullStepper(model, source, max_length)
     batch = source.shape[0]
     tokens = np.full((batch, 1), START_ID, dtype="int32")
@@ -78,11 +94,23 @@ def beam_search(model, source_ids, max_length, beam_width=4, length_penalty=0.6,
         int32 ``(batch, <= max_length)``, same contract as :func:`greedy_decode`.
     """
     if int(beam_width) < 1:
-        raise KformerError(f"beam width must be at least 1, not {beam_width}")
+        raise BadInput(f"beam width ({{field}}) must be at least 1, not {beam_width}", field="beam")
     source = _as_ids(source_ids)
     max_length = _check_length(model, max_length)
-    batch, width = source.shape[0], int(beam_width)
-    stepper = (_CachedStepper if use_cache else _FullStepper)(model, np.repeat(source, width, axis=0), max_length)
+    parts = [
+        _beam_chunk(model, padded, max_length, int(beam_width), length_penalty, use_cache, stop_at_end)[:rows]
+        for padded, rows in _decode_chunks(model, source)
+    ]
+    return _trim(np.concatenate([np.pad(p, [(0, 0), (0, max_length - p.shape[1])]) for p in parts]))
+
+
+def _beam_chunk(model, source, max_length, width, length_penalty, use_cache, stop_at_end):
+    """Beam search over one padded chunk of sources: ``(batch, <= max_length)``."""
+    batch = source.shape[0]
+    if use_cache:
+        stepper = _CachedStepper(model, np.repeat(source, width, axis=0), _buffer_length(model, max_length))
+    else:
+        stepper = _FullStepper(model, np.repeat(source, width, axis=0), max_length)
     scores = np.full((batch, width), -np.inf)
     scores[:, 0] = 0.0
     sequences = np.zeros((batch, width, 0), dtype="int32")
@@ -113,7 +141,7 @@ def beam_search(model, source_ids, max_length, beam_width=4, length_penalty=0.6,
         tokens = next_ids.reshape(-1, 1)
     penalty = ((5.0 + np.maximum(lengths, 1)) / 6.0) ** float(length_penalty)
     choice = np.argmax(scores / penalty, axis=-1)
-    return _trim(sequences[np.arange(batch), choice])
+    return sequences[np.arange(batch), choice]
 
 
 def strip_special(ids) -> list[int]:
@@ -172,16 +200,18 @@ class _FullStepper:
         self.prefix = self.prefix[rows]
 
 
-def _greedy_loop(model, source, max_length: int, stop_at_end: bool):
+def _greedy_loop(model, source, max_length, buffer: int, stop_at_end: bool):
     """Cached greedy decoding as one loop of ``keras.ops`` (compiled whole by :func:`_compiled`).
 
     Same arithmetic as the step-by-step path: encoder and cross-attention keys/values once, then
-    one token per iteration through the self-attention caches. Returns ``(batch, max_length)``.
+    one token per iteration through the self-attention caches. ``buffer`` (a Python int: part
+    of the compiled shape) sizes the caches and the output; ``max_length`` (a tensor, so it costs
+    no recompile) stops the loop. Returns ``(batch, buffer)``.
     """
     encoder_outputs, source_mask = model.encode(source, training=False)
     cross_caches = model.cross_attention_caches(encoder_outputs)
     batch = ops.shape(source)[0]
-    self_caches = model.empty_self_attention_caches(batch, max_length)
+    self_caches = model.empty_self_attention_caches(batch, buffer)
     forbidden = ops.convert_to_tensor(np.isin(np.arange(model.target_vocab_size), _FORBIDDEN))
 
     def cond(index, tokens, generated, finished, caches):
@@ -202,7 +232,7 @@ def _greedy_loop(model, source, max_length: int, stop_at_end: bool):
     start = (
         ops.convert_to_tensor(0, "int32"),
         ops.full((batch, 1), START_ID, dtype="int32"),
-        ops.zeros((batch, max_length), dtype="int32"),
+        ops.zeros((batch, buffer), dtype="int32"),
         ops.zeros((batch,), dtype="bool"),
         tuple(self_caches),
     )
@@ -218,7 +248,8 @@ def _compiled(model) -> dict:
             "cross_caches": model.cross_attention_caches,
             "step": model.decode_step,
             "forward": lambda source, prefix: model({"source": source, "target_in": prefix}, training=False)[:, -1, :],
-            "greedy_loop": lambda source, max_length, stop_at_end: _greedy_loop(model, source, max_length, stop_at_end),
+            "greedy_loop": lambda source, max_length, buffer, stop_at_end: _greedy_loop(
+                model, source, max_length, buffer, stop_at_end),
         }
         if COMPILE and keras.backend.backend() == "tensorflow":
             import tensorflow as tf  # generation plumbing only; the model itself is keras.ops
@@ -229,21 +260,54 @@ def _compiled(model) -> dict:
                 name: tf.function(fn, reduce_retracing=True, jit_compile=name in ("step", "greedy_loop"))
                 for name, fn in functions.items()
             }
+        functions["shapes"] = set()  # (batch, width, buffer) the compiled greedy loop has been called with
         _COMPILED[model] = functions
     return functions
+
+
+def decode_widths(max_source_length: int) -> tuple[int, ...]:
+    """The source widths decoding pads to: a quarter, a half and all of ``max_source_length``
+    (multiples of 8 where that fits)."""
+    longest = int(max_source_length)
+    return tuple(sorted({min(longest, -(-max(longest * k // 4, 1) // 8) * 8) for k in (1, 2, 4)}))
+
+
+def decode_shapes(model) -> list[tuple[int, int]]:
+    """Every ``(batch, width)`` the compiled decoders are called with for ``model``."""
+    return [(batch, width) for batch in BATCH_BUCKETS for width in decode_widths(model.max_source_length)]
+
+
+def _decode_chunks(model, source: np.ndarray):
+    """``(padded, rows)`` per chunk of at most ``BATCH_BUCKETS[-1]`` sources: the chunk padded to a
+    decode shape, extra rows copying its first row (so they end when it ends)."""
+    widths = decode_widths(model.max_source_length)
+    for start in range(0, len(source), BATCH_BUCKETS[-1]):
+        chunk = source[start : start + BATCH_BUCKETS[-1]]
+        rows, length = chunk.shape
+        batch = next(b for b in BATCH_BUCKETS if b >= rows)
+        width = next((w for w in widths if w >= length), length)
+        padded = np.zeros((batch, width), dtype="int32")
+        padded[:rows, :length] = chunk
+        padded[rows:] = padded[0]
+        yield padded, rows
+
+
+def _buffer_length(model, max_length: int) -> int:
+    """Generation buffers hold a width bucket of ``max_length`` (at most the model's longest target)."""
+    return bucket_width(max_length, model.max_target_length)
 
 
 def _as_ids(source_ids) -> np.ndarray:
     source = np.asarray(source_ids)
     if source.ndim != 2 or source.shape[0] == 0:
-        raise KformerError(f"source ids must be a non-empty (batch, length) array, got shape {source.shape}")
+        raise BadInput(f"source ids must be a non-empty (batch, length) array, got shape {source.shape}")
     return source.astype("int32")
 
 
 def _check_length(model, max_length) -> int:
     max_length = int(max_length)
     if not 1 <= max_length <= model.max_target_length:
-        raise KformerError(
+        raise BadInput(
             f"max length {max_length} is outside 1..{model.max_target_length} (the model's max_target_length)"
         )
     return max_length

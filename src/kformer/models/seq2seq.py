@@ -129,7 +129,7 @@ class Seq2SeqTransformer(keras.Model):
         target_mask = padding_mask(target_in)
         x = self.embedding_dropout(self.target_embedding(target_in), training=training)
         for block in self.decoder_blocks:
-            x = block(x, encoder_outputs, decoder_mask=target_mask, encoder_mask=source_mask, training=training)
+            x = block(x, encoder_outputs, mask=target_mask, encoder_mask=source_mask, training=training)
         return self._logits(x)
 
     def _logits(self, x):
@@ -212,7 +212,7 @@ class Seq2SeqTransformer(keras.Model):
             y, self_scores, cross_scores = block(
                 y,
                 x,
-                decoder_mask=padding_mask(target_in),
+                mask=padding_mask(target_in),
                 encoder_mask=source_mask,
                 return_attention_scores=True,
                 training=False,
@@ -229,8 +229,7 @@ class Seq2SeqTransformer(keras.Model):
 
     def get_config(self):
         return {
-            "name": self.name,
-            "trainable": self.trainable,
+            **super().get_config(),
             "source_vocab_size": self.source_vocab_size,
             "target_vocab_size": self.target_vocab_size,
             "max_source_length": self.max_source_length,

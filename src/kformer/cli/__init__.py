@@ -1,10 +1,14 @@
-"""The ``kformer`` command: argument parsing and dispatch only.
+"""The ``kformer`` command: argument parsing, calls into the task API, printing. Nothing else.
 
-Each task's commands live in ``kformer.commands.<task>``; every such module exposes
-``register(commands, train_tasks)`` to add its sub-commands, and may expose
-``evaluate(args, manifest)`` and ``attention(args, manifest)``, which ``kformer evaluate`` and
-``kformer attention`` call for model folders of that task. Command modules import Keras lazily
-so that ``kformer --help`` answers at once.
+Each task's commands live in ``kformer.cli.<task>``; every such module exposes
+``register(commands, train_tasks)`` to add its sub-commands and ``evaluate(args, model)``, which
+``kformer evaluate`` calls for model folders of that task. ``kformer attention`` is the same for
+every task (:meth:`~kformer.tasks.base.TaskModel.attention_maps`, then PNGs). The work itself is
+done by :mod:`kformer.tasks`, imported lazily so that ``kformer --help`` answers at once.
+
+Errors: a :class:`~kformer.errors.KformerError` is printed as one line, with the argument it
+names shown as this command's flag (``max_length`` -> ``--max-length``), and the exit status of
+its class (:data:`kformer.errors.ERROR_TABLE`).
 """
 
 from __future__ import annotations
@@ -19,16 +23,10 @@ from kformer import __version__
 from kformer.errors import KformerError
 
 COMMAND_MODULES = (
-    "kformer.commands.classify",
-    "kformer.commands.seq2seq",
-    "kformer.commands.translate",
+    "kformer.cli.classify",
+    "kformer.cli.arithmetic",
+    "kformer.cli.translate",
 )
-# Which command module evaluates / draws attention for a model folder, by its manifest's task.
-TASK_MODULES = {
-    "classify": "kformer.commands.classify",
-    "arithmetic": "kformer.commands.seq2seq",
-    "translate": "kformer.commands.translate",
-}
 
 DESCRIPTION = """\
 Build, train, inspect and serve small Transformer models with Keras 3.
@@ -67,7 +65,7 @@ def _add_shared_commands(commands) -> None:
     evaluate.add_argument("--beam", type=int, default=1, metavar="N", help="beam width for translation models (1 = greedy)")
     evaluate.add_argument("--batch-size", type=int, default=64, metavar="N", help="texts per prediction batch")
     evaluate.add_argument("--limit", type=int, default=None, metavar="N", help="score only the first N examples")
-    evaluate.set_defaults(handler=_by_task("evaluate"))
+    evaluate.set_defaults(handler=_evaluate)
 
     attention = commands.add_parser(
         "attention",
@@ -79,23 +77,31 @@ def _add_shared_commands(commands) -> None:
     attention.add_argument("model_dir", metavar="MODEL_DIR", help="folder written by `kformer train`")
     attention.add_argument("input", metavar="INPUT", help='the text to look at, e.g. "1234+4567"')
     attention.add_argument("--out", metavar="DIR", help="where to write the PNGs (default: MODEL_DIR/attention)")
-    attention.set_defaults(handler=_by_task("attention"))
+    attention.set_defaults(handler=_attention)
 
 
-def _by_task(action: str):
-    def run(args: argparse.Namespace) -> int | None:
-        from kformer.artifacts import read_manifest
+def _evaluate(args: argparse.Namespace) -> int:
+    from kformer.tasks import load
 
-        manifest = read_manifest(args.model_dir)
-        module_name = TASK_MODULES.get(manifest["task"])
-        if module_name is None:
-            raise KformerError(f"{args.model_dir} holds a '{manifest['task']}' model, which `kformer {action}` does not know")
-        handler = getattr(importlib.import_module(module_name), action, None)
-        if handler is None:
-            raise KformerError(f"`kformer {action}` does not support '{manifest['task']}' models")
-        return handler(args, manifest)
+    model = load(args.model_dir)
+    return importlib.import_module(f"kformer.cli.{model.task}").evaluate(args, model)
 
-    return run
+
+def _attention(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from kformer.tasks import load
+
+    model = load(args.model_dir)
+    maps = model.attention_maps(args.input)
+    out = Path(args.out) if args.out else Path(args.model_dir) / "attention"
+    written = maps.draw(out)
+    if maps.output is not None:
+        print(f"model output: {maps.output}")
+    print(f"wrote {len(written)} PNGs to {out}:")
+    for path in written:
+        print(f"  {path}")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -122,7 +128,35 @@ def build_parser() -> argparse.ArgumentParser:
             continue  # a task whose commands are not installed in this build
         module.register(commands, train_tasks)
     _add_shared_commands(commands)
+    _remember_parsers(parser)
     return parser
+
+
+def _remember_parsers(parser: argparse.ArgumentParser) -> None:
+    """Give every command's arguments a reference to its parser (for naming flags in errors)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                sub.set_defaults(_parser=sub)
+                _remember_parsers(sub)
+
+
+def flag_for(parser: argparse.ArgumentParser | None, field: str | None) -> str | None:
+    """The flag (``--max-length``) or argument (``MODEL_DIR``) of ``parser`` behind an error's
+    ``field`` (``max_length``, ``training.max_length``, ``parameters.top_k``), if it has one."""
+    if parser is None or not field:
+        return None
+    name = field.rsplit(".", 1)[-1].split("[", 1)[0]
+    for action in parser._actions:
+        if action.dest == name:
+            return action.option_strings[-1] if action.option_strings else (action.metavar or name.upper())
+    return None
+
+
+def error_line(exc: KformerError, parser: argparse.ArgumentParser | None = None) -> str:
+    """``kformer: error: <message>``, the field shown as the command's flag where it has one."""
+    flag = flag_for(parser, exc.field)
+    return f"kformer: error: {exc.message_for(flag) if flag else exc}"
 
 
 def _silence_native_stderr() -> None:
@@ -162,8 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(handler(args) or 0)
     except KformerError as exc:
-        print(f"kformer: error: {exc}", file=sys.stderr)
-        return 2
+        print(error_line(exc, getattr(args, "_parser", None)), file=sys.stderr)
+        return exc.exit_code
     except KeyboardInterrupt:
         print("kformer: interrupted", file=sys.stderr)
         return 130

@@ -1,0 +1,233 @@
+"""Typed settings: one frozen dataclass per task, read from recipe TOML, overridden by arguments.
+
+Each task declares its settings as a frozen dataclass (like nanoGPT's ``GPTConfig``) whose fields
+carry their defaults, the recipe section they belong to (``data``, ``model`` or ``training``) and
+a line of help (:func:`setting`). This module turns mappings into such objects and back:
+
+- :func:`build_config` -- defaults, then a recipe, then overrides; unknown keys and wrong types
+  are a :class:`~kformer.errors.BadInput` naming the key.
+- :func:`load_recipe` -- a shipped recipe name (``kformer/recipes/NAME.toml``) or a TOML path.
+  Recipes are written in sections::
+
+      task = "classify"
+      [data]
+      vocab_size = 6000
+      [model]
+      dim = 128
+      [training]
+      epochs = 15
+
+  A flat recipe (every key at the top, as kformer 0.1 wrote them) still loads.
+- ``"auto"``: a field typed ``... | Auto`` may hold ``"auto"``; the task then chooses the value
+  from its data and time budget (:class:`AutoChoices` records what it chose and why, and the task
+  writes that under ``"auto"`` in ``metrics.json``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+from kformer.errors import BadInput
+
+AUTO = "auto"
+Auto = Literal["auto"]
+SECTIONS = ("data", "model", "training")
+RECIPES_DIR = Path(__file__).parent / "recipes"
+
+
+def setting(default: Any, section: str, help: str) -> Any:
+    """A dataclass field with its recipe ``section`` and one line of ``help``."""
+    if section not in SECTIONS:
+        raise ValueError(f"section must be one of {SECTIONS}, got {section!r}")
+    return dataclasses.field(default=default, metadata={"section": section, "help": help})
+
+
+def fields(config_cls) -> dict[str, dataclasses.Field]:
+    """The settings of a config class (or instance), by name."""
+    return {f.name: f for f in dataclasses.fields(config_cls)}
+
+
+def to_dict(config) -> dict[str, Any]:
+    """A config as a flat ``{name: value}`` dict (what ``metrics.json`` records as the recipe)."""
+    return dataclasses.asdict(config)
+
+
+def to_sections(config) -> dict[str, Any]:
+    """A config as the sectioned mapping a recipe file holds (for writing a recipe back)."""
+    out: dict[str, dict[str, Any]] = {section: {} for section in SECTIONS}
+    for name, f in fields(config).items():
+        value = getattr(config, name)
+        if value is not None:
+            out[f.metadata["section"]][name] = value
+    return {section: values for section, values in out.items() if values}
+
+
+# --- type checking ---------------------------------------------------------------------------------
+
+
+def _hints(config_cls) -> dict[str, Any]:
+    return typing.get_type_hints(config_cls)
+
+
+def _allowed(hint) -> list:
+    """The alternatives of a union hint (``int | None`` -> ``[int, NoneType]``)."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return list(typing.get_args(hint))
+    return [hint]
+
+
+def _describe(hint) -> str:
+    words = []
+    for alt in _allowed(hint):
+        if alt is type(None):
+            words.append("nothing (omit it)")
+        elif typing.get_origin(alt) is Literal:
+            words.append(" or ".join(repr(a) for a in typing.get_args(alt)))
+        else:
+            words.append({int: "a whole number", float: "a number", bool: "true or false", str: "text"}.get(alt, str(alt)))
+    return " or ".join(words)
+
+
+def coerce(value: Any, hint, field: str) -> Any:
+    """``value`` checked against the type ``hint``; ints become floats where a float is wanted."""
+    for alt in _allowed(hint):
+        if alt is type(None) and value is None:
+            return None
+        if typing.get_origin(alt) is Literal and value in typing.get_args(alt) and type(value) is not bool:
+            return value
+        if alt is bool and isinstance(value, bool):
+            return value
+        if alt is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if alt is float and isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if alt is str and isinstance(value, str):
+            return value
+    raise BadInput(f"setting {{field}} = {value!r} must be {_describe(hint)}", field=field)
+
+
+# --- building a config ------------------------------------------------------------------------------
+
+
+def build_config(config_cls, *layers: dict[str, Any] | None, sources: tuple[str, ...] = ()):
+    """A ``config_cls`` from its defaults updated by each mapping of ``layers`` in turn.
+
+    Keys are setting names (``"epochs"``) or ``section.name`` (``"training.epochs"``); ``None``
+    values are skipped (an argument not given). ``sources`` names each layer for messages
+    (e.g. ``"recipe imdb"``). Unknown keys and wrong types are a BadInput naming the key.
+    """
+    known = fields(config_cls)
+    hints = _hints(config_cls)
+    values: dict[str, Any] = {}
+    for i, layer in enumerate(layers):
+        source = sources[i] if i < len(sources) else "settings"
+        for key, value in (layer or {}).items():
+            if value is None:
+                continue
+            name = key.split(".", 1)[1] if "." in key else key
+            if name not in known or ("." in key and key.split(".")[0] != known[name].metadata["section"]):
+                raise BadInput(
+                    f"{source}: unknown setting {{field}}; known: {', '.join(known)}", field=key
+                )
+            values[name] = coerce(value, hints[name], name)
+    return config_cls(**values)
+
+
+def available_recipes(task: str | None = None) -> list[str]:
+    """Names of the recipes shipped with kformer (for ``task`` only, when given)."""
+    names = []
+    for path in sorted(RECIPES_DIR.glob("*.toml")):
+        if task is None or _read_toml(path).get("task", task) == task:
+            names.append(path.stem)
+    return names
+
+
+def recipe_path(name_or_path: str | os.PathLike) -> Path:
+    """The TOML file behind a recipe NAME (shipped) or PATH."""
+    text = str(name_or_path)
+    path = Path(text)
+    if path.suffix == ".toml" or os.sep in text or path.is_file():
+        if not path.is_file():
+            raise BadInput(f"recipe file {path} does not exist", field="recipe")
+        return path
+    path = RECIPES_DIR / f"{text}.toml"
+    if not path.is_file():
+        names = ", ".join(available_recipes()) or "none"
+        raise BadInput(f"unknown recipe '{text}'; available: {names} (or pass the path of a .toml file)", field="recipe")
+    return path
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise BadInput(f"recipe {path} is not valid TOML ({exc})", field="recipe") from None
+
+
+def load_recipe(name_or_path: str | os.PathLike, config_cls, task: str) -> dict[str, Any]:
+    """The settings of a recipe as a flat ``{name: value}`` mapping, checked against ``config_cls``.
+
+    A sectioned recipe's keys must sit in their own section; a flat one (no sections) is read
+    as is. ``task = "..."``, when present, must be ``task``.
+    """
+    path = recipe_path(name_or_path)
+    raw = _read_toml(path)
+    where = f"recipe {name_or_path}"
+    recipe_task = raw.pop("task", task)
+    if recipe_task != task:
+        raise BadInput(f"{where} is a '{recipe_task}' recipe, not a '{task}' one", field="recipe")
+    known = fields(config_cls)
+    flat: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in SECTIONS and isinstance(value, dict):
+            for name, inner in value.items():
+                if name in known and known[name].metadata["section"] != key:
+                    right = known[name].metadata["section"]
+                    raise BadInput(f"{where}: setting {{field}} belongs in [{right}], not [{key}]", field=f"{key}.{name}")
+                flat[f"{key}.{name}"] = inner
+        elif key in SECTIONS:
+            raise BadInput(f"{where}: '{key}' must be a [{key}] section", field=key)
+        else:
+            flat[key] = value
+    build_config(config_cls, flat, sources=(where,))  # unknown keys and wrong types fail here
+    return flat
+
+
+class AutoChoices:
+    """What ``"auto"`` settings became and why: ``{name: {"value": ..., "why": "..."}}``."""
+
+    def __init__(self):
+        self.chosen: dict[str, dict[str, Any]] = {}
+
+    def choose(self, config, name: str, value: Any, why: str) -> Any:
+        """``value`` if ``config.name`` is ``"auto"`` (recorded with ``why``), else the setting."""
+        current = getattr(config, name)
+        if current != AUTO:
+            return current
+        self.chosen[name] = {"value": value, "why": why}
+        return value
+
+    def resolve(self, config, **values_and_reasons: tuple[Any, str]):
+        """A copy of ``config`` with each named ``"auto"`` field set to its ``(value, why)``."""
+        changes = {name: self.choose(config, name, value, why) for name, (value, why) in values_and_reasons.items()}
+        return dataclasses.replace(config, **changes)
+
+    def summary(self) -> str:
+        """One line, e.g. ``max_length=48 (99th percentile of lengths), learning_rate=0.001 (...)``."""
+        return ", ".join(f"{name}={item['value']} ({item['why']})" for name, item in self.chosen.items())
+
+    def to_json(self) -> dict[str, dict[str, Any]]:
+        return dict(self.chosen)
+
+
+def make_config(config_cls, task: str, recipe: str | os.PathLike | None = None, overrides: dict[str, Any] | None = None):
+    """``config_cls`` from its defaults, then the ``recipe`` (name or path), then ``overrides``."""
+    flat = load_recipe(recipe, config_cls, task) if recipe else {}
+    return build_config(config_cls, flat, overrides or {}, sources=(f"recipe {recipe}", "arguments"))

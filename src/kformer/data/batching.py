@@ -1,0 +1,122 @@
+"""Length-bucketed batching: one rule for every task, in training and in prediction.
+
+Rows of similar length go into one batch, and each batch is padded (with id 0, at the end) only to
+its longest row rounded up to a *width bucket*: 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, ... (two
+steps per doubling). So a batch of short texts costs a short sequence, and a compiled step
+function sees only a handful of distinct shapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+CHUNK_BATCHES = 64  # training: rows are sorted by length within chunks of this many batches
+
+
+def _width_ladder():
+    """8, 16, 24, 32, 48, 64, 96, 128, ...: each power of two from 16 on, and 1.5 times it."""
+    yield 8
+    width = 16
+    while True:
+        yield width
+        yield width * 3 // 2
+        width *= 2
+
+
+def bucket_width(longest: int, limit: int | None = None) -> int:
+    """The smallest width bucket that holds ``longest`` tokens, but not past ``limit`` (the
+    model's longest sequence; ``longest`` itself must fit it)."""
+    width = next(w for w in _width_ladder() if w >= longest)
+    if limit is not None:
+        width = max(min(width, int(limit)), int(longest))
+    return width
+
+
+def length_bucketed_batches(
+    lengths: Sequence[int], batch_size: int, rng: np.random.Generator | None = None
+) -> list[np.ndarray]:
+    """Index batches of similar-length rows covering every row once.
+
+    Without ``rng`` (prediction) rows are sorted by length and cut in order. With ``rng``
+    (training) rows are shuffled, sorted by length within chunks of :data:`CHUNK_BATCHES`
+    batches, cut, and the batches shuffled: similar lengths together, a new mix every epoch.
+    """
+    lengths = np.asarray(lengths)
+    batch_size = int(batch_size)
+    if rng is None:
+        order = np.argsort(lengths, kind="stable")
+        return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    order = rng.permutation(len(lengths))
+    chunk = batch_size * CHUNK_BATCHES
+    batches = []
+    for start in range(0, len(order), chunk):
+        part = order[start : start + chunk]
+        part = part[np.argsort(lengths[part], kind="stable")]
+        batches += [part[i : i + batch_size] for i in range(0, len(part), batch_size)]
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def pad_batch(sequences: Sequence[Sequence[int]], limit: int | None = None) -> np.ndarray:
+    """``(batch, width)`` int32, 0-padded to the longest row's :func:`bucket_width`."""
+    longest = max((len(s) for s in sequences), default=1)
+    out = np.zeros((len(sequences), bucket_width(longest, limit)), dtype="int32")
+    for row, seq in enumerate(sequences):
+        out[row, : len(seq)] = seq
+    return out
+
+
+class BucketedBatches:
+    """Length-bucketed batches of a padded id matrix, for ``model.fit`` and prediction.
+
+    ``x`` is ``(n, max_length)`` int ids padded with 0 at the end; ``y`` (and optional
+    ``sample_weight``) are indexed alongside. ``batches[i]`` is ``(x (batch, width), y)`` or
+    ``(x, y, sample_weight)``, ``width`` the batch's :func:`bucket_width` (at most
+    ``max_length``). With ``shuffle`` the rows are re-arranged every epoch
+    (:func:`length_bucketed_batches`); :meth:`dataset` gives a ``tf.data.Dataset`` of them.
+    """
+
+    def __init__(self, x, y, batch_size: int = 32, shuffle: bool = True, seed: int = 0, sample_weight=None):
+        self.x, self.y = np.asarray(x), np.asarray(y)
+        self.sample_weight = None if sample_weight is None else np.asarray(sample_weight, dtype="float32")
+        self.lengths = (self.x != 0).sum(axis=1)
+        self.batch_size, self.shuffle, self.seed, self.epoch = int(batch_size), shuffle, int(seed), 0
+        self._arrange()
+
+    def _arrange(self) -> None:
+        rng = np.random.default_rng(self.seed + self.epoch) if self.shuffle else None
+        self.batches = length_bucketed_batches(self.lengths, self.batch_size, rng)
+
+    def width(self, rows) -> int:
+        return bucket_width(max(int(self.lengths[rows].max()), 1), self.x.shape[1])
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, index):
+        rows = self.batches[index]
+        x = self.x[rows, : self.width(rows)]
+        if self.sample_weight is None:
+            return x, self.y[rows]
+        return x, self.y[rows], self.sample_weight[rows]
+
+    def _generate(self):
+        for index in range(len(self)):
+            yield self[index]
+        self.epoch += 1
+        if self.shuffle:
+            self._arrange()
+
+    def dataset(self):
+        """The batches as a ``tf.data.Dataset`` (any width; rows re-arranged each epoch)."""
+        import tensorflow as tf  # input pipeline only, outside the model
+
+        signature = [
+            tf.TensorSpec((None, None), tf.as_dtype(self.x.dtype)),
+            tf.TensorSpec((None, *self.y.shape[1:]), tf.as_dtype(self.y.dtype)),
+        ]
+        if self.sample_weight is not None:
+            signature.append(tf.TensorSpec((None,), tf.float32))
+        data = tf.data.Dataset.from_generator(self._generate, output_signature=tuple(signature))
+        return data.apply(tf.data.experimental.assert_cardinality(len(self))).prefetch(2)

@@ -1,0 +1,140 @@
+"""Model folders: the one place that writes them and reads them back.
+
+A model folder (``--out DIR`` of ``kformer train``) holds ``kformer.json`` -- the manifest --
+beside one ``.keras`` model, the vocabulary files its task needs, ``metrics.json`` and pictures.
+The manifest always has::
+
+    format_version  int   FORMAT_VERSION when written (folders of kformer 0.1 have none: version 0)
+    task            str   "classify" | "translate" | "arithmetic"
+    model_file      str   the .keras file, loaded with safe_mode=True
+    kformer_version str   the kformer that wrote it
+    recipe          dict  the settings it was trained with
+    metrics         dict  a summary of metrics.json
+
+plus the keys its task lists in ``required``. Folders are written under a temporary name and
+renamed (:func:`write_model_folder`), so a crash never leaves a half-written model where a good one
+stood.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from kformer.artifacts import MANIFEST_NAME, save_keras_atomic, staged_folder, write_json_atomic
+from kformer.errors import BadInput, CorruptModel, ModelNotFound, Unsupported
+
+FORMAT_VERSION = 1
+METRICS_FILE = "metrics.json"
+MODEL_FILE = "model.keras"
+TRAINING_DIR = "training"  # checkpoints, logs and what --resume needs
+
+
+def read_manifest(folder: str | os.PathLike, task: str | None = None, required: Sequence[str] = ()) -> dict:
+    """The manifest of a model folder, checked.
+
+    Raises ModelNotFound (no such folder, no manifest), CorruptModel (unreadable manifest, a
+    missing key), Unsupported (written by a newer kformer) or BadInput (a folder of another
+    ``task``).
+    """
+    import json
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ModelNotFound(f"{folder} is not a folder; pass the --out folder of `kformer train`", field="model_dir")
+    path = folder / MANIFEST_NAME
+    if not path.is_file():
+        raise ModelNotFound(
+            f"{folder} is not a kformer model folder (no {MANIFEST_NAME}); pass the --out folder of `kformer train`",
+            field="model_dir",
+        )
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CorruptModel(f"{path} is corrupt ({exc}); retrain or restore it", field="model_dir") from None
+    if not isinstance(manifest, dict) or "task" not in manifest:
+        raise CorruptModel(f"{path} has no 'task'; it was not written by kformer", field="model_dir")
+    version = manifest.get("format_version", 0)
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise Unsupported(
+            f"{folder} was written by a newer kformer (model format {version}; this kformer reads up to "
+            f"{FORMAT_VERSION}); upgrade kformer",
+            field="model_dir",
+        )
+    if task is not None and manifest["task"] != task:
+        raise BadInput(f"{folder} holds a '{manifest['task']}' model, not a '{task}' one", field="model_dir")
+    missing = [key for key in required if key not in manifest]
+    if missing:
+        raise CorruptModel(f"{path} is missing {', '.join(missing)}; retrain the model", field="model_dir")
+    return manifest
+
+
+def write_model_folder(
+    out: str | os.PathLike,
+    task: str,
+    model,
+    manifest: dict[str, Any],
+    metrics: dict[str, Any],
+    write_files: Callable[[Path], None] | None = None,
+) -> Path:
+    """Write a complete model folder atomically and return its path.
+
+    ``model`` is saved without optimizer state (:func:`save_inference_model`) as ``model.keras``;
+    ``manifest`` gets the common keys; ``metrics`` goes to ``metrics.json``; ``write_files(stage)``
+    adds the task's own files (vocabularies, pictures) to the staging folder.
+    """
+    from kformer import __version__
+
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "task": task,
+        "model_file": MODEL_FILE,
+        "kformer_version": __version__,
+        **manifest,
+    }
+    out = Path(out)
+    with staged_folder(out) as stage:
+        save_inference_model(model, stage / MODEL_FILE)
+        if write_files is not None:
+            write_files(stage)
+        write_json_atomic(stage / METRICS_FILE, metrics)
+        write_json_atomic(stage / MANIFEST_NAME, manifest)  # last: a folder with a manifest is complete
+    return out
+
+
+def save_inference_model(model, path: str | os.PathLike) -> None:
+    """Save ``model`` for inference: its compile settings are kept, its optimizer state is not.
+
+    The model is recompiled from its own compile config, which gives it a fresh, unbuilt
+    optimizer of the same kind; the file then carries no moments or step counters.
+    """
+    config = model.get_compile_config() if getattr(model, "compiled", False) else None
+    if config:
+        model.compile_from_config(config)
+    save_keras_atomic(model, path)
+
+
+def load_keras_model(path: str | os.PathLike):
+    """Load a ``.keras`` file with ``safe_mode=True``; a bad file is a one-line CorruptModel."""
+    import keras
+
+    import kformer.layers  # noqa: F401  registers kformer's serializable layers
+    import kformer.metrics  # noqa: F401  registers the losses and metrics models are compiled with
+    import kformer.training  # noqa: F401  registers the learning-rate schedule
+
+    path = Path(path)
+    if not path.is_file():
+        raise CorruptModel(f"model file {path} is missing; retrain or restore the folder", field="model_dir")
+    try:
+        with warnings.catch_warnings():
+            # the model is saved with a fresh (unbuilt) optimizer, which Keras reports on loading
+            warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer")
+            return keras.saving.load_model(path, safe_mode=True)
+    except Exception as exc:  # Keras raises many types for a damaged zip or config
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CorruptModel(
+            f"cannot load {path}: the file is corrupt or not a kformer model ({reason[:200]})", field="model_dir"
+        ) from None

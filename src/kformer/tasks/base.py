@@ -1,0 +1,162 @@
+"""What every task shares: progress events, train results, attention maps, the loaded-model base.
+
+Each task module (``kformer.tasks.classify``, ``.translate``, ``.arithmetic``) offers the same
+life cycle as plain functions -- ``train(config, data, out, *, resume=False, progress=None)``,
+``load(folder)``, then ``predict`` / ``translate`` / ``solve``, ``evaluate`` and
+``attention_maps`` on what ``load`` returned. Nothing here prints, parses arguments or exits:
+progress reaches the caller through a ``progress`` callback, errors are
+:class:`~kformer.errors.KformerError` subclasses.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from kformer.errors import BadInput
+from kformer.folders import TRAINING_DIR
+from kformer.training import Progress, ProgressEvent  # noqa: F401  re-exported for task modules
+
+
+@dataclass
+class TrainResult:
+    """What ``train`` wrote: the model ``folder``, its ``metrics`` (as in ``metrics.json``),
+    the ``config`` it ran with (``"auto"`` settings resolved) and the ``auto`` choices."""
+
+    folder: Path
+    metrics: dict[str, Any]
+    config: Any
+    auto: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def load(self):
+        """The trained model, as :func:`kformer.load` gives it."""
+        from kformer.tasks import load
+
+        return load(self.folder)
+
+
+@dataclass
+class AttentionMaps:
+    """Attention weights for one input, per map name (``"encoder"``, ``"decoder_self"``, ``"cross"``).
+
+    ``maps[name]`` is ``(layers, heads, queries, keys)`` float32; ``rows[name]`` / ``cols[name]``
+    label the queries and keys with their tokens; ``output`` is what the model answered.
+    """
+
+    maps: dict[str, np.ndarray]
+    rows: dict[str, list[str]]
+    cols: dict[str, list[str]]
+    output: str | None = None
+
+    def to_json(self, digits: int = 4) -> dict[str, Any]:
+        """Plain lists for JSON (weights rounded to ``digits``)."""
+        return {
+            "output": self.output,
+            "maps": {
+                name: {
+                    "rows": self.rows[name],
+                    "cols": self.cols[name],
+                    "weights": np.round(stack.astype("float64"), digits).tolist(),
+                }
+                for name, stack in self.maps.items()
+            },
+        }
+
+    def draw(self, out_dir: str | os.PathLike) -> list[Path]:
+        """PNG heat maps into ``out_dir`` (per layer head-averaged, and a layer x head grid)."""
+        from kformer.artifacts import staged_folder
+        from kformer.viz import plot_attention
+
+        out_dir = Path(out_dir)
+        with staged_folder(out_dir) as stage:
+            written = plot_attention(self.maps, self.rows, self.cols, stage)
+        return [out_dir / Path(path).name for path in written]
+
+
+class TaskModel:
+    """A loaded model folder. Subclasses add the task's own methods (predict, translate, solve).
+
+    The uniform part, for a service: :meth:`predict_instances` answers a batch of input strings
+    with one JSON-ready dict each, :meth:`attention_maps` explains one input, :meth:`warmup`
+    compiles what the first requests would otherwise wait for, :meth:`metadata` describes it.
+    """
+
+    task: ClassVar[str] = ""
+    # request parameters :meth:`predict_instances` accepts, with their defaults
+    parameters: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, folder: Path, manifest: dict):
+        self.folder = Path(folder)
+        self.manifest = manifest
+
+    def metadata(self) -> dict[str, Any]:
+        """Task, recipe and metrics from the folder (and labels for classifiers)."""
+        return {
+            "task": self.task,
+            "format_version": self.manifest.get("format_version", 0),
+            "recipe": self.manifest.get("recipe", {}),
+            "metrics": self.manifest.get("metrics", {}),
+            "parameters": dict(self.parameters),
+        }
+
+    def check_parameters(self, parameters: dict[str, Any] | None) -> dict[str, Any]:
+        """``parameters`` with defaults filled in; unknown names are a BadInput."""
+        parameters = dict(parameters or {})
+        unknown = sorted(set(parameters) - set(self.parameters))
+        if unknown:
+            raise BadInput(
+                f"unknown parameter {{field}} for a {self.task} model; known: {', '.join(self.parameters) or 'none'}",
+                field=f"parameters.{unknown[0]}",
+            )
+        return {**self.parameters, **parameters}
+
+    def predict_instances(self, instances: list[str], parameters: dict[str, Any] | None = None) -> list[dict]:
+        raise NotImplementedError
+
+    def attention_maps(self, text: str) -> AttentionMaps:
+        raise NotImplementedError
+
+    def warmup(self) -> None:
+        """Run the model once per input shape a service will see, so no request pays a compile."""
+
+
+# --- helpers the task modules share ---------------------------------------------------------------
+
+
+def prepare_training_dir(out: Path, resume: bool) -> Path:
+    """``out/training``: kept for ``resume`` (which needs its ``state.json``), else emptied."""
+    state_dir = out / TRAINING_DIR
+    if resume:
+        if not (state_dir / "state.json").is_file():
+            raise BadInput(
+                f"nothing to resume in {out}: no {TRAINING_DIR}/state.json; train without resume first", field="resume"
+            )
+    elif state_dir.exists():
+        shutil.rmtree(state_dir)  # a fresh run must not mix with an older one's checkpoints
+    state_dir.mkdir(parents=True, exist_ok=True)
+    return state_dir
+
+
+def remove_unfinished(out: Path, created: bool) -> None:
+    """After a failed run: remove ``out`` if this run created it and nothing in it is worth keeping."""
+    from kformer.artifacts import MANIFEST_NAME
+    from kformer.training import CHECKPOINT_STATE_NAME
+
+    if created and not (out / MANIFEST_NAME).exists() and not (out / TRAINING_DIR / CHECKPOINT_STATE_NAME).exists():
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def check_texts(texts, name: str = "texts") -> list[str]:
+    """``texts`` as a list of strings; a single string or a non-string item is a BadInput."""
+    if isinstance(texts, str | bytes):
+        raise BadInput(f"{{field}} must be a list of strings, not one string; wrap it: [{texts[:30]!r}]", field=name)
+    texts = list(texts)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise BadInput(f"{{field}} must be a string, not {type(text).__name__}", field=f"{name}[{i}]")
+    return texts
