@@ -1,0 +1,15 @@
+"""``kformer serve``: a REST service for model folders, with micro-batching and a web page.
+
+    from kformer.server import ServeConfig, create_app
+    app = create_app({"tickets": "runs/tickets"}, ServeConfig(max_batch=32))  # any ASGI server runs it
+
+Modules, one job each: :mod:`.config` (settings), :mod:`.registry` (loading, versions, reload),
+:mod:`.batching` (the inference thread), :mod:`.service` (readiness, shutdown, requests),
+:mod:`.validation` (bodies and limits), :mod:`.http_errors`, :mod:`.auth`, :mod:`.metrics`,
+:mod:`.app` (routes) and ``static/`` (the page). The server calls :mod:`kformer.tasks` for models.
+"""
+
+from kformer.server.app import create_app
+from kformer.server.config import ServeConfig
+
+__all__ = ["ServeConfig", "create_app"]

@@ -1,0 +1,223 @@
+"""The FastAPI app: TensorFlow Serving's REST paths, KServe's health paths, metrics, the page.
+
+Routes (every one except health and the page's static files needs the API key when one is set):
+
+- ``GET /v2/health/live``, ``GET /v2/health/ready``
+- ``GET /v1/models``, ``GET /v1/models/{name}``, ``GET /v1/models/{name}/metadata``
+- ``POST /v1/models/{name}:predict``, ``:explain``, ``:reload``
+- ``GET /metrics`` (Prometheus), ``GET /docs`` (OpenAPI), ``GET /`` (the web page)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from kformer import __version__
+from kformer.errors import BadInput
+from kformer.server.auth import bearer_check
+from kformer.server.config import ServeConfig
+from kformer.server.http_errors import install_error_handlers
+from kformer.server.registry import Loader
+from kformer.server.service import Service
+from kformer.server.validation import check_instances, check_parameters, parse_json, read_body
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+
+_TEXTS = {"type": "array", "items": {"type": "string"}, "minItems": 1}
+PREDICT_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["instances"],
+                    "properties": {"instances": _TEXTS, "parameters": {"type": "object"}},
+                },
+                "example": {"instances": ["my laptop will not boot"], "parameters": {"top_k": 3}},
+            }
+        },
+    }
+}
+EXPLAIN_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"type": "object", "properties": {"instances": {**_TEXTS, "maxItems": 1}}},
+                                         "example": {"instances": ["1234+4567"]}}},
+    }
+}
+
+
+def create_app(models: Mapping[str, Any], config: ServeConfig | None = None, *, loader: Loader | None = None) -> FastAPI:
+    """An ASGI app serving ``models``: name -> model folder (loaded in safe mode with
+    :func:`kformer.tasks.load`, or ``loader``) or an already loaded TaskModel.
+
+    Models load in the background when the app starts (its lifespan), never at import or here.
+    """
+    config = config or ServeConfig()
+    service = Service(models, config, loader)
+    api_key = config.api_key()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        service.start()
+        try:
+            yield
+        finally:
+            service.stop()
+
+    app = FastAPI(title="kformer", version=__version__, lifespan=lifespan,
+                  description="Classify, translate and solve with kformer model folders.")
+    app.state.service = service
+    install_error_handlers(app)
+    if config.cors_origins:
+        from fastapi.middleware.cors import CORSMiddleware
+
+        app.add_middleware(CORSMiddleware, allow_origins=list(config.cors_origins), allow_methods=["GET", "POST"],
+                           allow_headers=["Authorization", "Content-Type"])
+    app.add_middleware(MetricsMiddleware, service=service)
+    app.include_router(_health_routes(service))
+    app.include_router(_model_routes(service), dependencies=[Depends(bearer_check(api_key))])
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(STATIC_DIR / "index.html")
+
+    return app
+
+
+class MetricsMiddleware:
+    """Counts every request by model, route and status, and times it (a plain ASGI middleware)."""
+
+    def __init__(self, app, service: Service):
+        self.app = app
+        self.service = service
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started, status = time.perf_counter(), 500
+
+        async def send_status(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            route = scope.get("route")
+            name = scope.get("path_params", {}).get("name", "")
+            model = name if name in self.service.registry.slots else "-"
+            self.service.metrics.observe_request(model, getattr(route, "path", "unmatched"), status, started)
+
+
+def _health_routes(service: Service) -> APIRouter:
+    router = APIRouter(tags=["health"])
+
+    @router.get("/v2/health/live")
+    async def live() -> dict:
+        """The process answers (KServe's liveness path)."""
+        return {"live": True}
+
+    @router.get("/v2/health/ready")
+    async def ready() -> JSONResponse:
+        """200 once every model is loaded and warmed; 503 before that and once shutdown began."""
+        body = {
+            "ready": service.ready,
+            "shutting_down": service.shutting_down,
+            "loading": [name for name, slot in service.registry.slots.items() if slot.current is None],
+        }
+        if service.failed is not None:
+            body["error"] = str(service.failed)
+        headers = {} if service.ready else {"Retry-After": "1"}
+        return JSONResponse(body, status_code=200 if service.ready else 503, headers=headers)
+
+    return router
+
+
+def _model_routes(service: Service) -> APIRouter:
+    router = APIRouter(tags=["models"])
+    config = service.config
+    registry = service.registry
+
+    @router.get("/v1/models")
+    async def list_models() -> dict:
+        """Every served model: name, task, version, state."""
+        models = []
+        for name, slot in registry.slots.items():
+            current = slot.current
+            models.append({
+                "name": name,
+                "task": getattr(current.model, "task", None) if current else None,
+                "version": current.version if current else None,
+                "state": "AVAILABLE" if current else "LOADING",
+            })
+        return {"models": models}
+
+    @router.get("/v1/models/{name}")
+    async def model_status(name: str) -> dict:
+        """TensorFlow Serving's model status shape."""
+        slot = registry.slot(name)
+        current = slot.current
+        status = {"error_code": "OK", "error_message": ""}
+        if current is None and slot.error:
+            status = {"error_code": "UNKNOWN", "error_message": slot.error}
+        body: dict[str, Any] = {"model_version_status": [{
+            "version": current.version if current else "",
+            "state": "AVAILABLE" if current else ("END" if slot.error else "LOADING"),
+            "status": status,
+        }]}
+        if current is not None and slot.error:
+            body["last_reload_error"] = slot.error
+        return body
+
+    @router.get("/v1/models/{name}/metadata")
+    async def metadata(name: str) -> dict:
+        """Task, labels, recipe and metrics from the model folder, and the request parameters."""
+        served = service.served(name)
+        return {"name": name, "version": served.version, **served.model.metadata()}
+
+    @router.post("/v1/models/{name}:predict", openapi_extra=PREDICT_BODY)
+    async def predict(name: str, request: Request) -> dict:
+        """Answer ``{"instances": [...], "parameters": {...}}`` with one prediction per instance."""
+        registry.slot(name)
+        data = parse_json(await read_body(request, config.max_body_bytes))
+        instances = check_instances(data, config.max_instances, config.max_chars)
+        predictions, version = await service.predict(name, instances, check_parameters(data))
+        return {"model": name, "version": version, "predictions": predictions}
+
+    @router.post("/v1/models/{name}:explain", openapi_extra=EXPLAIN_BODY)
+    async def explain(name: str, request: Request) -> dict:
+        """Tokens and attention weights (per map, layer and head) for one instance."""
+        registry.slot(name)
+        data = parse_json(await read_body(request, config.max_body_bytes))
+        instances = check_instances(data, 1, config.max_chars)
+        if check_parameters(data):
+            raise BadInput("explain takes no parameters", field="parameters")
+        maps, version = await service.explain(name, instances[0])
+        return {"model": name, "version": version, **maps}
+
+    @router.post("/v1/models/{name}:reload")
+    async def reload(name: str) -> dict:
+        """Load the model's folder again, warm it and swap it in; the old one serves until then."""
+        new, old = await service.reload(name)
+        previous = old.version if old else None
+        return {"model": name, "version": new.version, "previous_version": previous, "changed": new.version != previous}
+
+    @router.get("/metrics", tags=["metrics"])
+    async def metrics() -> Response:
+        """Prometheus metrics: requests, latency, batch sizes, queue depth, process."""
+        return Response(service.metrics.exposition(), media_type=service.metrics.content_type)
+
+    return router

@@ -1,0 +1,64 @@
+"""Typed settings of the REST service (``kformer serve``'s options), with their limits checked."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+
+from kformer.errors import BadInput
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """How the service batches, limits and protects requests. Defaults are ``kformer serve``'s.
+
+    Attributes:
+        host, port: where uvicorn listens (127.0.0.1 unless told otherwise).
+        max_batch: most instances the inference thread gives the model in one call.
+        batch_wait_ms: how long the first request of a batch waits for company.
+        max_queue: most requests waiting for the inference thread; more get 503 + Retry-After.
+        timeout_s: a request not answered within this gets 504 (and is skipped if still queued).
+        max_body_bytes: larger request bodies get 413.
+        max_instances: more instances in one request get 422.
+        max_chars: a longer instance gets 422.
+        api_key_env: name of an environment variable holding the API key; None = no auth.
+        cors_origins: origins allowed by CORS; empty = no CORS headers at all.
+        batching: False answers each request with its own model call (the naive baseline).
+        shutdown_grace_s: on SIGTERM, how long in-flight requests may take to finish.
+        access_log: uvicorn's per-request log lines.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_batch: int = 32
+    batch_wait_ms: float = 5.0
+    max_queue: int = 256
+    timeout_s: float = 10.0
+    max_body_bytes: int = 1_048_576
+    max_instances: int = 64
+    max_chars: int = 10_000
+    api_key_env: str | None = None
+    cors_origins: tuple[str, ...] = ()
+    batching: bool = True
+    shutdown_grace_s: float = 30.0
+    access_log: bool = False
+
+    def __post_init__(self) -> None:
+        for spec in fields(self):
+            value = getattr(self, spec.name)
+            if spec.type == "int" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise BadInput(f"{{field}} must be a whole number of at least 1, not {value!r}", field=spec.name)
+            if spec.type == "float" and (isinstance(value, bool) or not isinstance(value, int | float) or value < 0
+                                         or (value == 0 and spec.name != "batch_wait_ms")):
+                raise BadInput(f"{{field}} must be a positive number, not {value!r}", field=spec.name)
+        if self.port > 65535:
+            raise BadInput(f"{{field}} must be at most 65535, not {self.port}", field="port")
+
+    def api_key(self) -> str | None:
+        """The API key from ``api_key_env`` (None without one); a missing or empty variable is an error."""
+        if not self.api_key_env:
+            return None
+        key = os.environ.get(self.api_key_env, "")
+        if not key:
+            raise BadInput(f"environment variable {self.api_key_env} (named by {{field}}) is empty or unset", field="api_key_env")
+        return key

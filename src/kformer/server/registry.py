@@ -1,0 +1,166 @@
+"""The models a service holds: each loaded, warmed and versioned; reloaded and swapped in safely.
+
+A model's version is a fingerprint of its folder's manifest and files (the first 12 hex digits
+of a SHA-256 over the top-level files' names and contents; pictures and ``training/`` are left
+out), so the same folder always reports the same version and a retrained one a new one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kformer.errors import KformerError, ModelNotFound
+
+log = logging.getLogger("kformer.server")
+
+Loader = Callable[[Path], Any]  # folder -> TaskModel (kformer.tasks.load)
+SKIPPED_SUFFIXES = (".png", ".svg", ".jpg")
+
+
+def folder_version(folder: str | os.PathLike) -> str:
+    """The fingerprint of a model folder's manifest and files (12 hex digits)."""
+    digest = hashlib.sha256()
+    folder = Path(folder)
+    if not folder.is_dir():
+        return "0"
+    for path in sorted(folder.iterdir()):
+        if path.is_file() and not path.name.startswith(".") and path.suffix not in SKIPPED_SUFFIXES:
+            digest.update(path.name.encode() + b"\0")
+            with path.open("rb") as handle:
+                for chunk in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(chunk)
+    return digest.hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class Served:
+    """One loaded model as the service holds it."""
+
+    name: str
+    model: Any  # a kformer.tasks.base.TaskModel
+    version: str
+    loaded_at: float
+
+
+@dataclass
+class ModelSlot:
+    """A served name: where it loads from and what it serves now (None while loading)."""
+
+    name: str
+    folder: Path | None
+    current: Served | None = None
+    error: str | None = None  # the last load/reload failure, shown in status and logs
+
+
+class ModelRegistry:
+    """Name -> served model. Loads and warms outside the inference thread; swaps under a lock.
+
+    ``sources`` maps names to model folders (loaded with ``loader``, which defaults to
+    :func:`kformer.tasks.load`) or to already loaded TaskModel objects.
+    """
+
+    def __init__(self, sources: Mapping[str, Any], loader: Loader | None = None):
+        self._loader = loader
+        self._lock = threading.Lock()
+        self._reload_lock = threading.Lock()  # one load at a time: they share the CPU with requests
+        self._preloaded: dict[str, Any] = {}
+        self.slots: dict[str, ModelSlot] = {}
+        for name, source in sources.items():
+            if isinstance(source, str | os.PathLike):
+                self.slots[name] = ModelSlot(name, Path(source))
+            else:
+                self._preloaded[name] = source
+                folder = getattr(source, "folder", None)
+                self.slots[name] = ModelSlot(name, Path(folder) if folder else None)
+
+    # --- reading ----------------------------------------------------------------------------------
+
+    def names(self) -> list[str]:
+        return list(self.slots)
+
+    def slot(self, name: str) -> ModelSlot:
+        """The slot of ``name``; an unknown name is ModelNotFound (404)."""
+        try:
+            return self.slots[name]
+        except KeyError:
+            known = ", ".join(self.slots) or "none"
+            raise ModelNotFound(f"no model named '{name}' is served here; served: {known}", field="model") from None
+
+    def get(self, name: str) -> Served | None:
+        """What ``name`` serves now (None while it is still loading)."""
+        with self._lock:
+            return self.slot(name).current
+
+    def ready(self) -> bool:
+        return all(slot.current is not None for slot in self.slots.values())
+
+    # --- loading ----------------------------------------------------------------------------------
+
+    def _load(self, name: str, *, preloaded: bool) -> Served:
+        slot = self.slots[name]
+        started = time.perf_counter()
+        if preloaded:
+            model = self._preloaded.pop(name)
+        else:
+            loader = self._loader
+            if loader is None:
+                from kformer.tasks import load as loader
+            model = loader(slot.folder)
+        model.warmup()
+        version = folder_version(slot.folder) if slot.folder and slot.folder.is_dir() else "1"
+        log.info("model %s (%s, version %s) loaded and warmed in %.1f s", name, getattr(model, "task", "?"),
+                 version, time.perf_counter() - started)
+        return Served(name, model, version, time.time())
+
+    def load_all(self) -> None:
+        """Load and warm every model that is not loaded yet (the service's start-up)."""
+        for name, slot in self.slots.items():
+            if slot.current is None:
+                served = self._load(name, preloaded=name in self._preloaded)
+                with self._lock:
+                    slot.current, slot.error = served, None
+
+    def reload(self, name: str) -> tuple[Served, Served | None]:
+        """Load ``name``'s folder again, warm it, swap it in; return ``(new, old)``.
+
+        Requests keep being answered by the old model until the swap. If the folder fails to
+        load, the old model keeps serving and the error is raised (and remembered in the slot).
+        """
+        slot = self.slot(name)
+        if slot.folder is None:
+            raise ModelNotFound(f"model '{name}' was not loaded from a folder, so it cannot be reloaded", field="model")
+        with self._reload_lock:
+            try:
+                served = self._load(name, preloaded=False)
+            except KformerError as exc:
+                slot.error = str(exc)
+                log.error("reloading model %s from %s failed, still serving the old one: %s", name, slot.folder, exc)
+                raise
+            except Exception as exc:
+                slot.error = f"{type(exc).__name__}: {exc}"
+                log.exception("reloading model %s from %s failed, still serving the old one", name, slot.folder)
+                raise
+            with self._lock:
+                old, slot.current, slot.error = slot.current, served, None
+        log.info("model %s: version %s swapped in (was %s)", name, served.version, old.version if old else "none")
+        return served, old
+
+    def reload_all(self) -> dict[str, str]:
+        """Reload every model loaded from a folder (SIGHUP); returns name -> new version or error."""
+        results = {}
+        for name, slot in self.slots.items():
+            if slot.folder is None:
+                continue
+            try:
+                results[name] = self.reload(name)[0].version
+            except Exception as exc:  # logged by reload; the other models still reload
+                results[name] = f"error: {exc}"
+        return results

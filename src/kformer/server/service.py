@@ -1,0 +1,135 @@
+"""The service behind the routes: models, the inference thread, readiness and shutdown.
+
+The event loop only checks requests and waits on futures; loading, warming, tokenising and
+inference run on other threads. Models load in the background after start-up, so
+``/v2/health/live`` answers at once and ``/v2/health/ready`` says 503 until all are warm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from kformer.errors import KformerError, Overloaded
+from kformer.server.batching import EXPLAIN, PREDICT, InferenceWorker, Job
+from kformer.server.config import ServeConfig
+from kformer.server.http_errors import GatewayTimeout, InternalError
+from kformer.server.metrics import ServiceMetrics
+from kformer.server.registry import Loader, ModelRegistry, Served
+
+log = logging.getLogger("kformer.server")
+
+
+class Service:
+    """Everything one app serves. ``start()`` in the lifespan's start-up, ``stop()`` at its end."""
+
+    def __init__(self, models: Mapping[str, Any], config: ServeConfig, loader: Loader | None = None):
+        self.config = config
+        self.registry = ModelRegistry(models, loader)
+        self.metrics = ServiceMetrics()
+        self.worker = InferenceWorker(
+            self._run,
+            max_batch=config.max_batch,
+            batch_wait_ms=config.batch_wait_ms,
+            max_queue=config.max_queue,
+            batching=config.batching,
+            observer=self.metrics,
+        )
+        self.failed: KformerError | None = None  # a start-up load that failed
+        self.shutting_down = False
+        self.loaded = threading.Event()  # set when start-up loading ended (well or not)
+
+    # --- life cycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the inference thread and load every model in the background."""
+        self.worker.start()
+        threading.Thread(target=self._load_all, name="kformer-loader", daemon=True).start()
+
+    def _load_all(self) -> None:
+        try:
+            self.registry.load_all()
+            self.metrics.ready.set(1)
+            log.info("ready: %s", ", ".join(self.registry.names()))
+        except KformerError as exc:
+            self.failed = exc
+            log.error("a model failed to load: %s", exc)
+        except Exception as exc:
+            self.failed = InternalError(f"loading failed: {type(exc).__name__}: {exc}")
+            log.exception("a model failed to load")
+        finally:
+            self.loaded.set()
+
+    @property
+    def ready(self) -> bool:
+        return not self.shutting_down and self.failed is None and self.registry.ready()
+
+    def begin_shutdown(self) -> None:
+        """From now on readiness says 503 (SIGTERM calls this before requests drain)."""
+        if not self.shutting_down:
+            log.info("shutting down: finishing in-flight requests")
+        self.shutting_down = True
+        self.metrics.ready.set(0)
+
+    def stop(self) -> None:
+        """Answer what is queued (bounded by ``shutdown_grace_s``), then end the inference thread."""
+        self.begin_shutdown()
+        if not self.worker.stop(timeout=self.config.shutdown_grace_s):
+            log.warning("the inference thread did not finish within %.0f s", self.config.shutdown_grace_s)
+
+    # --- requests (event loop) --------------------------------------------------------------------
+
+    def served(self, name: str) -> Served:
+        """The model serving ``name`` now: 404 for an unknown name, 503 while it loads."""
+        served = self.registry.get(name)
+        if served is None:
+            raise Overloaded(f"model '{name}' is still loading; retry shortly", field=None)
+        return served
+
+    async def predict(self, name: str, instances: list[str], parameters: dict[str, Any]) -> tuple[list[dict], str]:
+        """Predictions for ``instances`` and the version that made them."""
+        parameters = self.served(name).model.check_parameters(parameters)
+        return await self._submit(name, PREDICT, instances, parameters)
+
+    async def explain(self, name: str, text: str) -> tuple[dict, str]:
+        """Attention maps (JSON-ready) for one input, and the version that made them."""
+        self.served(name)
+        results, version = await self._submit(name, EXPLAIN, [text], {})
+        return results[0], version
+
+    async def reload(self, name: str) -> tuple[Served, Served | None]:
+        """Reload ``name`` from its folder on a loader thread; requests keep flowing meanwhile."""
+        self.registry.slot(name)
+        return await asyncio.to_thread(self.registry.reload, name)
+
+    def reload_all_in_background(self) -> None:
+        """SIGHUP: reload every folder-backed model on a thread of its own."""
+        threading.Thread(target=self.registry.reload_all, name="kformer-reload", daemon=True).start()
+
+    async def _submit(self, name: str, kind: str, instances: list[str], parameters: dict) -> tuple[list, str]:
+        timeout = self.config.timeout_s
+        job = Job(name, kind, instances, parameters, deadline=time.monotonic() + timeout)
+        future = asyncio.wrap_future(self.worker.submit(job))
+        try:
+            return await asyncio.wait_for(future, timeout)  # on timeout the job is cancelled: skipped
+        except TimeoutError:
+            raise GatewayTimeout(f"the model did not answer within {timeout:g} s (timeout_s); retry later", field=None) from None
+        except KformerError:
+            raise
+        except Exception as exc:
+            log.error("model %s failed: %s: %s", name, type(exc).__name__, exc)
+            raise InternalError(f"the model failed ({type(exc).__name__}); the server log has the details") from None
+
+    # --- the inference thread ---------------------------------------------------------------------
+
+    def _run(self, kind: str, name: str, instances: list[str], parameters: dict) -> tuple[list, str]:
+        served = self.registry.get(name)
+        if served is None:  # cannot happen: requests are only queued for loaded models
+            raise Overloaded(f"model '{name}' is not loaded", field=None)
+        if kind == PREDICT:
+            return served.model.predict_instances(instances, parameters), served.version
+        return [served.model.attention_maps(instances[0]).to_json()], served.version
