@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import kformer
-from kformer import artifacts
+from kformer import artifacts, folders
 from kformer.cli import build_parser, main
 from kformer.data.io import read_text_lines
 from kformer.errors import KformerError
@@ -47,14 +47,14 @@ def test_every_option_and_argument_has_help_text():
 
 def test_not_a_model_folder_is_a_one_line_error(tmp_path):
     result = run_kformer("evaluate", str(tmp_path), "--data", "x.csv")
-    assert result.returncode == 2
+    assert result.returncode == 3  # ModelNotFound
     assert result.stderr.strip().count("\n") == 0
     assert "not a kformer model folder" in result.stderr
     assert "Traceback" not in result.stderr
 
 
 def test_main_reports_kformer_errors_without_traceback(tmp_path, capsys):
-    assert main(["attention", str(tmp_path / "missing"), "1+1"]) == 2
+    assert main(["attention", str(tmp_path / "missing"), "1+1"]) == 3  # ModelNotFound
     err = capsys.readouterr().err
     assert err.startswith("kformer: error: ") and "Traceback" not in err
 
@@ -78,26 +78,18 @@ def test_staged_folder_replaces_only_on_success(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
 
 
-def test_read_manifest_errors(tmp_path):
-    with pytest.raises(KformerError, match="not a kformer model folder"):
-        artifacts.read_manifest(tmp_path)
-    (tmp_path / artifacts.MANIFEST_NAME).write_text("{broken")
-    with pytest.raises(KformerError, match="corrupt"):
-        artifacts.read_manifest(tmp_path)
-
-
 def test_keras_model_round_trip_and_corrupt_file(tmp_path):
     ids = keras.Input(shape=(None,), dtype="int32")
     model = keras.Model(ids, EncoderBlock(8, 2, 16)(TokenAndPositionEmbedding(20, 6, 8)(ids)))
     path = tmp_path / "model.keras"
     artifacts.save_keras_atomic(model, path)
-    loaded = artifacts.load_keras_model(path)
+    loaded = folders.load_keras_model(path)
     sample = np.array([[3, 4, 0]])
     np.testing.assert_allclose(np.asarray(loaded(sample)), np.asarray(model(sample)), atol=1e-6)
     corrupt = tmp_path / "corrupt.keras"
     corrupt.write_bytes(path.read_bytes()[:200])
     with pytest.raises(KformerError, match="corrupt"):
-        artifacts.load_keras_model(corrupt)
+        folders.load_keras_model(corrupt)
 
 
 def test_read_text_lines_names_the_undecodable_line(tmp_path):
@@ -124,7 +116,7 @@ def test_missing_or_empty_file(tmp_path, content):
 
 
 def test_texts_may_follow_options(monkeypatch):
-    import kformer.commands.translate as translate_commands
+    import kformer.cli.translate as translate_commands
 
     argv = ["translate", "runs/x", "--beam", "4", "How are you?", "Bye."]
     assert build_parser().parse_known_args(argv)[1] == ["How are you?", "Bye."]  # argparse alone

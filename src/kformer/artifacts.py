@@ -1,10 +1,6 @@
-"""Model folders: one place that writes them atomically and reads them back safely.
-
-A model folder (``--out DIR``) holds ``kformer.json`` (the manifest: task, labels, recipe,
-metrics, file names) beside one ``.keras`` model and whatever vocabulary files the task needs.
-Folders are written under a temporary name and renamed, so a crash never leaves a half-written
-model where a good one stood. ``.keras`` files always load with ``safe_mode=True``.
-"""
+"""Atomic writes: a file or folder is written under a temporary name and renamed into place, so a
+crash never leaves a half-written artefact where a good one stood. (What a model folder holds,
+and reading it back, is :mod:`kformer.folders`.)"""
 
 from __future__ import annotations
 
@@ -16,8 +12,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-
-from kformer.errors import KformerError
 
 MANIFEST_NAME = "kformer.json"
 
@@ -83,39 +77,3 @@ def staged_folder(final_dir: str | os.PathLike) -> Iterator[Path]:
             shutil.rmtree(target)
         os.replace(item, target)
     staging.rmdir()
-
-
-def read_manifest(model_dir: str | os.PathLike) -> dict:
-    """Read ``kformer.json`` from a model folder, with a clear error if it is not one."""
-    model_dir = Path(model_dir)
-    if not model_dir.is_dir():
-        raise KformerError(f"{model_dir} is not a folder; pass the --out folder of `kformer train`")
-    manifest_path = model_dir / MANIFEST_NAME
-    if not manifest_path.is_file():
-        raise KformerError(
-            f"{model_dir} is not a kformer model folder (no {MANIFEST_NAME}); "
-            "pass the --out folder of `kformer train`"
-        )
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise KformerError(f"{manifest_path} is corrupt ({exc}); retrain or restore it") from None
-    if not isinstance(manifest, dict) or "task" not in manifest:
-        raise KformerError(f"{manifest_path} has no 'task'; it was not written by kformer")
-    return manifest
-
-
-def load_keras_model(path: str | os.PathLike, custom_objects: dict | None = None):
-    """Load a ``.keras`` file with ``safe_mode=True``; a bad file is a one-line KformerError."""
-    import keras
-
-    import kformer.layers  # noqa: F401  registers kformer's serializable layers
-
-    path = Path(path)
-    if not path.is_file():
-        raise KformerError(f"model file {path} is missing")
-    try:
-        return keras.saving.load_model(path, custom_objects=custom_objects, safe_mode=True)
-    except Exception as exc:  # Keras raises many types for a damaged zip or config
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise KformerError(f"cannot load {path}: the file is corrupt or not a kformer model ({reason[:200]})") from None
