@@ -353,3 +353,144 @@ def test_page_docs_and_openapi_are_served():
             assert {"/v1/models/{name}:predict", "/v1/models/{name}:explain", "/v2/health/ready"} <= set(paths)
 
     run(body())
+
+
+def test_the_built_wheel_carries_the_page(tmp_path):
+    """A regular `pip install .` serves the page: its files are package data in the wheel."""
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+
+    root = Path(__file__).resolve().parents[1]
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        if (root / name).exists():
+            shutil.copy(root / name, source / name)
+    shutil.copytree(root / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(tmp_path / "dist"),
+                    str(source)], check=True, timeout=300)
+    (wheel,) = (tmp_path / "dist").glob("kformer-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {f"kformer/server/static/{name}" for name in ("index.html", "app.js", "style.css")} <= names
+    assert "kformer/server/app.py" in names and "kformer/recipes/tickets.toml" in names
+
+
+# --- End to end with tiny real models (trained once per session) -------------------------------------
+
+
+@pytest.fixture(scope="module")
+def real_models(tmp_path_factory):
+    from server_helpers import tiny_models
+
+    from kformer.models import generation
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(generation, "COMPILE", False)  # tiny models decode a few steps: quicker eagerly
+        yield tiny_models(tmp_path_factory)
+
+
+def test_real_models_answer_as_the_library_does(real_models):
+    import kformer
+
+    library = {name: kformer.load(folder) for name, folder in real_models.items()}
+    tickets = ["my laptop screen will not boot", "please refund the duplicate charge", "locked out of my account"]
+
+    async def body():
+        async with serving(real_models, ServeConfig(batch_wait_ms=20)) as (client, app):
+            listed = {m["name"]: m["task"] for m in (await client.get("/v1/models")).json()["models"]}
+            assert listed == {"tickets": "classify", "en-ta": "translate", "arith": "arithmetic"}
+            meta = (await client.get("/v1/models/tickets/metadata")).json()
+            assert meta["labels"] == library["tickets"].manifest["labels"] and meta["recipe"] and meta["metrics"]
+
+            async def predict(name, instances, parameters=None):
+                answer = await client.post(f"/v1/models/{name}:predict",
+                                           json={"instances": instances, "parameters": parameters or {}})
+                assert answer.status_code == 200, answer.text
+                return answer.json()["predictions"]
+
+            # concurrent single-ticket requests share batches and get what the library gives each
+            answers = await asyncio.gather(*(predict("tickets", [t], {"top_k": 3}) for t in tickets * 4))
+            expected = library["tickets"].predict_instances(tickets, {"top_k": 3})
+            for got, want in zip(answers, expected * 4, strict=True):
+                assert got[0]["label"] == want["label"] and [t["label"] for t in got[0]["top_k"]] == [
+                    t["label"] for t in want["top_k"]]
+                assert got[0]["probability"] == pytest.approx(want["probability"], abs=1e-4)
+            batches = app.state.service.metrics.batch_requests.labels("tickets")
+            assert batches._sum.get() > 0 and batches._sum.get() / sum(b.get() for b in batches._buckets) > 1
+            unknown = await predict("tickets", tickets[:1], {"threshold": 1.0, "unknown_label": "human"})
+            assert unknown[0]["label"] == "human" and unknown[0]["unknown"]
+            assert await predict("en-ta", ["one two", "three"]) == library["en-ta"].predict_instances(["one two", "three"], {})
+            beam = await predict("en-ta", ["one two"], {"beam": 2})
+            assert beam[0]["translation"] == library["en-ta"].predict_instances(["one two"], {"beam": 2})[0]["translation"]
+            assert "answer" in (await predict("arith", ["12+34"]))[0]
+            bad_sum = error_of(await client.post("/v1/models/arith:predict", json={"instances": ["12+34", "12*3"]}), 422)
+            assert bad_sum["field"] == "instances[1]"
+            bad_beam = error_of(await client.post("/v1/models/en-ta:predict",
+                                                  json={"instances": ["one"], "parameters": {"beam": 0}}), 422)
+            assert bad_beam["field"] == "parameters.beam"
+            seq2seq = (await client.post("/v1/models/en-ta:explain", json={"instances": ["one two"]})).json()
+            assert set(seq2seq["maps"]) == {"encoder", "decoder_self", "cross"}
+            cross = seq2seq["maps"]["cross"]
+            assert np.array(cross["weights"]).shape[2:] == (len(cross["rows"]), len(cross["cols"]))
+            encoder = (await client.post("/v1/models/tickets:explain", json={"instances": [tickets[0]]})).json()
+            assert list(encoder["maps"]) == ["encoder"] and encoder["output"] == expected[0]["label"]
+            same = (await client.post("/v1/models/tickets:reload")).json()
+            assert same["changed"] is False and same["version"] == same["previous_version"]
+
+    run(body())
+
+
+def test_cli_serves_reloads_on_sighup_and_drains_on_sigterm(real_models, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from server_helpers import free_port
+
+    port = free_port()
+    log = tmp_path / "serve.log"
+    env = {**os.environ, "KFORMER_KEY": "k3y"}
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "kformer", "serve", "--model", f"tickets={real_models['tickets']}", "--port",
+             str(port), "--api-key-env", "KFORMER_KEY", "--batch-wait-ms", "400"],
+            stdout=out, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    auth = {"Authorization": "Bearer k3y"}
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        assert httpx.get(f"{url}/v1/models", timeout=5).status_code == 401
+        process.send_signal(signal.SIGHUP)
+        for _ in range(100):
+            if "swapped in" in log.read_text():
+                break
+            time.sleep(0.1)
+        assert "swapped in" in log.read_text()
+        results = {}
+
+        def slow_request():  # waits 400 ms in the batching window: in flight when SIGTERM comes
+            results["answer"] = httpx.post(f"{url}/v1/models/tickets:predict", json={"instances": ["my laptop"]},
+                                           headers=auth, timeout=20)
+
+        caller = threading.Thread(target=slow_request)
+        caller.start()
+        time.sleep(0.15)
+        process.send_signal(signal.SIGTERM)
+        caller.join(20)
+        assert process.wait(timeout=30) == 0, log.read_text()
+        assert results["answer"].status_code == 200 and results["answer"].json()["predictions"][0]["label"]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)

@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "kformer.cli.classify",
     "kformer.cli.arithmetic",
     "kformer.cli.translate",
+    "kformer.cli.serve",
 )
 
 DESCRIPTION = """\

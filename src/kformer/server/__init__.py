@@ -9,7 +9,17 @@ Modules, one job each: :mod:`.config` (settings), :mod:`.registry` (loading, ver
 :mod:`.app` (routes) and ``static/`` (the page). The server calls :mod:`kformer.tasks` for models.
 """
 
-from kformer.server.app import create_app
+from __future__ import annotations
+
 from kformer.server.config import ServeConfig
 
 __all__ = ["ServeConfig", "create_app"]
+
+
+def __getattr__(name: str):
+    # FastAPI loads on first use, so `kformer --help` (which reads ServeConfig's defaults) stays fast
+    if name == "create_app":
+        from kformer.server.app import create_app
+
+        return create_app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

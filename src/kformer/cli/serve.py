@@ -1,0 +1,134 @@
+"""``kformer serve``: parse the options into a :class:`~kformer.server.ServeConfig`, run uvicorn.
+
+The service itself is :mod:`kformer.server` (imported only when the command runs, so
+``kformer --help`` stays instant). SIGTERM drains in-flight requests and exits 0; SIGHUP
+reloads every model from its folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import signal
+import sys
+
+from kformer.errors import BadInput
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def register(commands, train_tasks) -> None:
+    """Add ``serve`` to the CLI."""
+    from kformer.server.config import ServeConfig
+
+    defaults = ServeConfig()
+    serve = commands.add_parser(
+        "serve",
+        help="serve model folders over HTTP (REST API, web page, metrics)",
+        description="Serve model folders as a REST service with micro-batching (TensorFlow Serving's "
+        "paths: POST /v1/models/NAME:predict, :explain, :reload; KServe's /v2/health/live and "
+        "/ready; Prometheus /metrics; OpenAPI /docs) and a web page at /. SIGTERM finishes "
+        "in-flight requests and exits; SIGHUP reloads every model from its folder.",
+        epilog="example: kformer serve --model tickets=runs/tickets --model en-ta=runs/en-ta --port 8000",
+    )
+    serve.add_argument("--model", dest="models", action="append", required=True, metavar="NAME=DIR",
+                       help="serve the model folder DIR as NAME (repeat for more models)")
+    serve.add_argument("--host", default=defaults.host, help=f"address to listen on (default {defaults.host}; "
+                       "0.0.0.0 exposes the service to the network)")
+    serve.add_argument("--port", type=int, default=defaults.port, help=f"port (default {defaults.port})")
+    serve.add_argument("--max-batch", type=int, default=defaults.max_batch, metavar="N",
+                       help=f"most instances per model call (default {defaults.max_batch})")
+    serve.add_argument("--batch-wait-ms", type=float, default=defaults.batch_wait_ms, metavar="MS",
+                       help=f"how long a batch waits for more requests (default {defaults.batch_wait_ms:g})")
+    serve.add_argument("--no-batching", dest="batching", action="store_false",
+                       help="one model call per request (for comparison)")
+    serve.add_argument("--max-queue", type=int, default=defaults.max_queue, metavar="N",
+                       help=f"requests that may wait; more get 503 + Retry-After (default {defaults.max_queue})")
+    serve.add_argument("--timeout-s", type=float, default=defaults.timeout_s, metavar="S",
+                       help=f"answer 504 after S seconds (default {defaults.timeout_s:g})")
+    serve.add_argument("--max-body-bytes", type=int, default=defaults.max_body_bytes, metavar="N",
+                       help=f"larger bodies get 413 (default {defaults.max_body_bytes})")
+    serve.add_argument("--max-instances", type=int, default=defaults.max_instances, metavar="N",
+                       help=f"most instances per request (default {defaults.max_instances})")
+    serve.add_argument("--max-chars", type=int, default=defaults.max_chars, metavar="N",
+                       help=f"most characters per instance (default {defaults.max_chars})")
+    serve.add_argument("--api-key-env", default=None, metavar="VAR",
+                       help="require 'Authorization: Bearer KEY' (KEY from environment variable VAR) on every "
+                       "route but health and the page")
+    serve.add_argument("--cors-origin", dest="cors_origins", action="append", default=[], metavar="ORIGIN",
+                       help="allow browser pages from ORIGIN to call the API (repeatable; default: no CORS)")
+    serve.add_argument("--shutdown-grace-s", type=float, default=defaults.shutdown_grace_s, metavar="S",
+                       help=f"on SIGTERM, time allowed for in-flight requests (default {defaults.shutdown_grace_s:g})")
+    serve.add_argument("--access-log", action="store_true", help="log every request")
+    serve.set_defaults(handler=_serve)
+
+
+def parse_models(specs: list[str]) -> dict[str, str]:
+    """``["tickets=runs/tickets", ...]`` -> ``{"tickets": "runs/tickets"}``; each folder's manifest checked."""
+    from kformer.folders import read_manifest
+
+    models: dict[str, str] = {}
+    for spec in specs:
+        name, sep, folder = spec.partition("=")
+        if not sep or not folder:
+            raise BadInput(f"{{field}} takes NAME=DIR, e.g. tickets=runs/tickets, not {spec!r}", field="models")
+        if not NAME.fullmatch(name):
+            raise BadInput(f"model name {name!r} (in {{field}}) may hold only letters, digits, '.', '_' and '-'",
+                           field="models")
+        if name in models:
+            raise BadInput(f"model name {name!r} is given twice to {{field}}", field="models")
+        read_manifest(folder)  # a missing or foreign folder fails now, not after start-up
+        models[name] = folder
+    return models
+
+
+def config_from_args(args: argparse.Namespace):
+    """The :class:`~kformer.server.ServeConfig` of the parsed options."""
+    from kformer.server.config import ServeConfig
+
+    return ServeConfig(
+        host=args.host, port=args.port, max_batch=args.max_batch, batch_wait_ms=args.batch_wait_ms,
+        max_queue=args.max_queue, timeout_s=args.timeout_s, max_body_bytes=args.max_body_bytes,
+        max_instances=args.max_instances, max_chars=args.max_chars, api_key_env=args.api_key_env,
+        cors_origins=tuple(args.cors_origins), batching=args.batching, shutdown_grace_s=args.shutdown_grace_s,
+        access_log=args.access_log,
+    )
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import logging
+
+    import uvicorn
+
+    from kformer.server import create_app
+
+    models = parse_models(args.models)
+    config = config_from_args(args)
+    app = create_app(models, config)
+    service = app.state.service
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s", stream=sys.stderr)
+
+    class Server(uvicorn.Server):
+        """uvicorn, plus: readiness turns 503 at SIGTERM; a failed start-up load ends the process."""
+
+        def handle_exit(self, sig, frame) -> None:
+            service.begin_shutdown()
+            super().handle_exit(sig, frame)
+
+        async def on_tick(self, counter: int) -> bool:
+            return service.failed is not None or await super().on_tick(counter)
+
+    server = Server(uvicorn.Config(
+        app, host=config.host, port=config.port, access_log=config.access_log, log_level="info",
+        timeout_graceful_shutdown=config.shutdown_grace_s, lifespan="on",
+    ))
+    # uvicorn restores the handler it found and then re-raises SIGTERM: a no-op one makes the exit 0
+    signal.signal(signal.SIGTERM, lambda sig, frame: None)
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, lambda sig, frame: service.reload_all_in_background())
+    print(f"kformer serve: loading {', '.join(models)}; http://{config.host}:{config.port}/ "
+          "(ready when /v2/health/ready says 200)", file=sys.stderr, flush=True)
+    server.run()
+    if service.failed is not None:
+        raise service.failed
+    return 0
