@@ -30,11 +30,10 @@ def main() -> None:
     train_path, test_path = folder / "train.csv", folder / "test.csv"
     rows = [linear_baseline("TF-IDF char 2-5 grams + linear SVM", load(train_path), load(test_path), "char_wb", (2, 5), "svm")]
     if "scratch" in systems:
-        rows.append(kformer_run(f"kformer `{args.recipe}` recipe (scratch)", train_path, test_path, ["--recipe", args.recipe]))
+        rows.append(kformer_run(f"kformer `{args.recipe}` recipe (scratch)", train_path, test_path, args.recipe))
     if "minilm" in systems:
-        budget = ["--max-minutes", str(args.minilm_minutes)] if args.minilm_minutes else []
         rows.append(kformer_run(f"kformer `{args.minilm_recipe}` recipe (pretrained MiniLM)", train_path, test_path,
-                                ["--recipe", args.minilm_recipe, *budget], throughput_texts=1000))
+                                args.minilm_recipe, {"max_minutes": args.minilm_minutes}, throughput_texts=1000))
     notes = (
         "Accuracy/macro-F1 on the official 3,080-text test set; texts_per_s = prediction throughput after "
         "loading the saved model folder. Targets: TF-IDF+SVM 90.6 %, kformer from scratch >= 88 %, "

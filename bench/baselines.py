@@ -7,15 +7,10 @@ seconds and prediction throughput (texts/s) side by side.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-from bench.harness import ROOT, Timer, record_results
+from bench.harness import Timer, record_results
 
 RATIO_KEYS = ("accuracy", "macro_f1", "train_s", "texts_per_s")
 
@@ -55,31 +50,27 @@ def linear_baseline(name: str, train, test, analyzer: str = "word", ngrams=(1, 2
     }
 
 
-def kformer_run(name: str, train_path: Path, test_path: Path, flags: list[str], out_dir: Path | None = None,
-                throughput_texts: int = 5000) -> dict:
-    """``kformer train classify`` in a new process, then timed prediction on the test file.
+def kformer_run(name: str, train_path: Path, test_path: Path, recipe: str | Path | None = None,
+                settings: dict | None = None, out_dir: Path | None = None, throughput_texts: int = 5000) -> dict:
+    """Train with ``kformer.tasks.classify.train`` (in this process), then timed prediction on the test file.
 
-    Accuracy comes from the test set (``--test``), scored by kformer itself; throughput is
-    measured here by loading the saved folder and predicting the first ``throughput_texts`` test texts.
+    ``recipe`` (name or TOML path) then ``settings`` (``{name: value}``) configure the run.
+    Accuracy comes from the test set, scored by kformer itself; throughput is measured by loading
+    the saved folder and predicting the first ``throughput_texts`` test texts.
     """
-    out_dir = out_dir or Path(tempfile.mkdtemp(prefix="kformer-bench-"))
-    command = [sys.executable, "-m", "kformer", "train", "classify", "--data", str(train_path),
-               "--test", str(test_path), "--out", str(out_dir), "--quiet", *flags]
-    print("+", " ".join(command), flush=True)
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    started = time.perf_counter()
-    finished = subprocess.run(command, cwd=ROOT, env=env)
-    if finished.returncode != 0:
-        raise SystemExit(f"{name}: kformer exited with {finished.returncode}")
-    wall = time.perf_counter() - started
-    metrics = json.loads((out_dir / "metrics.json").read_text(encoding="utf-8"))
-
+    from kformer.config import make_config
     from kformer.data.readers import read_labelled
-    from kformer.models.classifier import load_classifier
+    from kformer.tasks import classify
+
+    out_dir = out_dir or Path(tempfile.mkdtemp(prefix="kformer-bench-"))
+    config = make_config(classify.ClassifyConfig, "classify", recipe, settings)
+    print(f"+ {name}: recipe {recipe}, settings {settings or {}}, out {out_dir}", flush=True)
+    with Timer() as wall:
+        metrics = classify.train(config, train_path, out_dir, test=test_path, progress=_epoch_lines).metrics
 
     texts = read_labelled(test_path).texts[:throughput_texts]
-    classifier = load_classifier(out_dir)
-    classifier.probabilities(texts[:64], batch_size=64)  # compile once, outside the timing
+    classifier = classify.load(out_dir)
+    classifier.warmup()  # compile every width bucket outside the timing
     with Timer() as timer:
         classifier.probabilities(texts, batch_size=256)
     return {
@@ -89,8 +80,30 @@ def kformer_run(name: str, train_path: Path, test_path: Path, flags: list[str], 
         "train_s": metrics["train_seconds"],
         "texts_per_s": len(texts) / timer.seconds,
         "epochs": metrics["epochs_run"],
-        "run_wall_s": wall,
+        "run_wall_s": wall.seconds,
     }
+
+
+def _epoch_lines(event) -> None:
+    """Progress of a benchmark run: one line per epoch."""
+    if event.stage == "epoch":
+        from kformer.cli.progress import format_event
+
+        print(format_event(event), flush=True)
+
+
+def parse_settings(items: list[str]) -> dict:
+    """``["epochs=3", "backbone='minilm'"]`` (TOML values; bare words are text) -> ``{name: value}``."""
+    import tomllib
+
+    settings = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        try:
+            settings[key.strip()] = tomllib.loads(f"v = {value.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            settings[key.strip()] = value.strip()
+    return settings
 
 
 def report(title: str, rows: list[dict], notes: str) -> None:

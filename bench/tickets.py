@@ -7,20 +7,20 @@ from __future__ import annotations
 
 import argparse
 
-from bench.baselines import kformer_run, linear_baseline, load, report
+from bench.baselines import kformer_run, linear_baseline, load, parse_settings, report
 from bench.harness import require_shared_data
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", default="tickets", help="kformer recipe (default: tickets)")
-    parser.add_argument("--extra", nargs="*", default=[], help="extra flags for kformer's run")
+    parser.add_argument("--extra", nargs="*", default=[], metavar="NAME=VALUE", help="extra settings for kformer's run")
     args = parser.parse_args()
     folder = require_shared_data("it-service-tickets")
     train_path, test_path = folder / "train.csv.gz", folder / "test.csv.gz"
     rows = [linear_baseline("TF-IDF 1-2 grams + linear SVM", load(train_path), load(test_path), "word", (1, 2), "svm")]
-    rows.append(kformer_run(f"kformer `{args.recipe}` recipe (scratch)", train_path, test_path,
-                            ["--recipe", args.recipe, *args.extra]))
+    rows.append(kformer_run(f"kformer `{args.recipe}` recipe (scratch)", train_path, test_path, args.recipe,
+                            parse_settings(args.extra)))
     notes = (
         "Accuracy/macro-F1 on the 9,567-ticket test split (ours, stratified; see ../shared/data); "
         "texts_per_s = prediction throughput after loading the saved model folder. "

@@ -27,9 +27,9 @@ def kformer(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess
                           text=True, env=ENV, timeout=300)
 
 
-def _assert_one_line_error(done: subprocess.CompletedProcess, *fragments: str) -> None:
+def _assert_one_line_error(done: subprocess.CompletedProcess, *fragments: str, code: int = 2) -> None:
     lines = [line for line in done.stderr.splitlines() if line.strip() and "kformer: warning" not in line]
-    assert done.returncode == 2, done.stderr
+    assert done.returncode == code, done.stderr
     assert "Traceback" not in done.stderr
     assert len(lines) == 1 and lines[0].startswith("kformer: error: "), done.stderr
     for fragment in fragments:
@@ -136,24 +136,32 @@ def test_bad_training_input_is_one_line_and_leaves_nothing(tmp_path):
     assert not (tmp_path / "out-label").exists()
 
 
-def test_predict_on_bad_model_folders(trained, tmp_path):
+def test_predict_on_bad_model_folders(trained, tmp_path, capsys):
+    from kformer.cli import main
+
     _, model, _ = trained
     not_model = tmp_path / "not-a-model"
     not_model.mkdir()
-    _assert_one_line_error(kformer("predict", not_model, "hello"), "not a kformer model folder")
     broken = tmp_path / "broken"
     broken.mkdir()
     for name in ("kformer.json", "vocab.txt"):
         (broken / name).write_bytes((model / name).read_bytes())
     (broken / "model.keras").write_bytes(b"PK\x03\x04 this is not a zip")
-    _assert_one_line_error(kformer("predict", broken, "hello"), "corrupt")
-    _assert_one_line_error(kformer("evaluate", not_model, "--data", tmp_path / "none.csv"), "not a kformer model folder")
+    cases = [(["predict", not_model, "hello"], 3, "not a kformer model folder"),
+             (["predict", broken, "hello"], 4, "corrupt"),
+             (["evaluate", not_model, "--data", tmp_path / "none.csv"], 3, "not a kformer model folder")]
+    for argv, code, fragment in cases:  # in-process: the exit code and the one line are the same
+        assert main([str(a) for a in argv]) == code
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("kformer: error: ") and "\n" not in err and fragment in err
 
 
 def test_attention_maps_for_a_text(trained):
     _, model, _ = trained
     done = kformer("attention", model, "my laptop screen")
     assert done.returncode == 0, done.stderr
-    written = [Path(line) for line in done.stdout.splitlines()]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "model output: Hardware"
+    written = [Path(line.strip()) for line in lines if line.strip().endswith(".png")]
     assert {p.name for p in written} == {"encoder_layer1.png", "encoder_grid.png"}
     assert all(p.is_file() and p.stat().st_size > 1000 for p in written)

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import write_tickets
+from conftest import TICKET_QUEUES, write_tickets
 
 from kformer.cli import main
 from kformer.text.vocabulary import RESERVED_TOKENS
@@ -31,7 +31,7 @@ def test_bigram_vocabulary_and_tokens():
 def test_windowed_encoder_matches_full_attention_within_one_window_and_ignores_padding(tmp_path):
     import keras
 
-    from kformer.artifacts import load_keras_model
+    from kformer.folders import load_keras_model
     from kformer.models.classifier import build_encoder_classifier
 
     keras.utils.set_random_seed(0)
@@ -56,7 +56,7 @@ def test_windowed_encoder_matches_full_attention_within_one_window_and_ignores_p
 
 
 def test_train_with_bigrams_and_windows_then_predict(tmp_path):
-    from kformer.models.classifier import load_classifier, predict_texts
+    from kformer.tasks.classify import load
 
     data = write_tickets(tmp_path / "train.csv", 120, seed=2)
     recipe = tmp_path / "long.toml"
@@ -67,8 +67,19 @@ def test_train_with_bigrams_and_windows_then_predict(tmp_path):
     assert any(" " in token for token in vocabulary)  # bigrams learned
     manifest = json.loads((out / "kformer.json").read_text(encoding="utf-8"))
     assert manifest["recipe"]["window"] == 8 and manifest["recipe"]["ngrams"] == 2
-    (result,) = predict_texts(load_classifier(out), ["my laptop screen is broken " * 10])
-    assert 0.0 < result["probability"] <= 1.0
+    classifier = load(out)
+    assert classifier.labels == manifest["labels"] == sorted(TICKET_QUEUES)
+    texts = ["my laptop screen is broken " * 10, "refund", "my vpn password " * 3]
+    probs = classifier.probabilities(texts, batch_size=2)  # three lengths: three width buckets
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-5)
+    for row, result in zip(probs, classifier.predict(texts, top_k=2), strict=True):
+        assert result["label"] == classifier.labels[int(row.argmax())]
+        assert [t["probability"] for t in result["top_k"]] == pytest.approx(sorted(row, reverse=True)[:2], abs=1e-5)
+    # one text alone gets the same probabilities as inside a batch of padded rows
+    np.testing.assert_allclose(classifier.probabilities(texts[:1]), probs[:1], atol=1e-5)
+    maps = classifier.attention_maps(texts[0])
+    assert maps.maps["encoder"].shape == (1, 2, 8, 8)  # the first window of 8 tokens
+    assert maps.rows["encoder"] == ["my", "laptop", "screen", "[UNK]", "[UNK]", "my", "laptop", "screen"]  # is, broken: unseen
 
 
 @pytest.mark.parametrize("setting", ["ngrams = 3", "window = -1", 'ngrams = 2\ntokenizer = "wordpiece"'])

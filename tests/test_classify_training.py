@@ -9,7 +9,7 @@ import pytest
 from conftest import TICKET_QUEUES, write_tickets
 
 from kformer.cli import main
-from kformer.errors import KformerError
+from kformer.errors import KformerError, Unsupported
 
 TINY = ["--max-length", "16", "--vocab-size", "200", "--batch-size", "16", "--quiet", "--seed", "3"]
 
@@ -24,37 +24,44 @@ def _metrics(folder):
 
 
 def test_max_minutes_stops_cleanly_and_the_model_works(tickets, tmp_path):
-    from kformer.models.classifier import encoder_attention_maps, load_classifier, predict_texts
+    from kformer.models.classifier import encoder_attention_maps
+    from kformer.tasks.classify import load
 
     out = tmp_path / "budget"
     assert main(["train", "classify", "--data", str(tickets), "--out", str(out), "--epochs", "200",
                  "--max-minutes", "0.0005", *TINY]) == 0
     metrics = _metrics(out)
     assert metrics["stopped_by_time_budget"] is True and metrics["epochs_run"] < 200
-    classifier = load_classifier(out)
+    classifier = load(out)
     assert classifier.labels == sorted(TICKET_QUEUES)
-    results = predict_texts(classifier, ["laptop screen", "refund invoice", ""], top_k=3, threshold=1.0, unknown_label="human")
+    results = classifier.predict(["laptop screen", "refund invoice", ""], top_k=3, threshold=1.0, unknown_label="human")
     assert len(results) == 3
     for result in results:
         assert result["label"] == "human" and result["unknown"]  # no probability reaches 1.0
         assert {t["label"] for t in result["top_k"]} == set(TICKET_QUEUES)
         assert sum(t["probability"] for t in result["top_k"]) == pytest.approx(1.0, abs=1e-4)
-    with pytest.raises(KformerError, match="--threshold must be between 0 and 1"):
-        predict_texts(classifier, ["x"], threshold=2.0)
+    with pytest.raises(KformerError, match="threshold must be between 0 and 1"):
+        classifier.predict(["x"], threshold=2.0)
     ids = classifier.features(["laptop screen please"])[:, :3]
     (scores,) = encoder_attention_maps(classifier.model, ids)  # one encoder block
     assert scores.shape == (1, 2, 3, 3)  # (batch, heads, seq, seq)
     assert scores.sum(axis=-1) == pytest.approx(1.0, abs=1e-5)
 
 
-def test_resume_continues_from_the_last_checkpoint(tickets, tmp_path, capsys):
+def test_resume_continues_from_the_last_checkpoint_with_bigram_tokens(tickets, tmp_path, capsys):
+    # ngrams = 2 (the imdb recipe): its vocabulary must be kept in training/ for the resumed run
+    recipe = tmp_path / "bigrams.toml"
+    recipe.write_text('task = "classify"\n[data]\nngrams = 2\n', encoding="utf-8")
     out = tmp_path / "resume"
-    assert main(["train", "classify", "--data", str(tickets), "--out", str(out), "--epochs", "1", *TINY]) == 0
+    first = ["train", "classify", "--data", str(tickets), "--out", str(out), "--recipe", str(recipe), *TINY]
+    assert main([*first, "--epochs", "1"]) == 0
     assert _metrics(out)["epochs_run"] == 1
-    assert main(["train", "classify", "--data", str(tickets), "--out", str(out), "--epochs", "3", "--patience", "5",
-                 "--resume", *TINY]) == 0
+    # resumed: the saved settings win over changed ones (only epochs, patience, max_minutes change)
+    assert main([*first, "--epochs", "3", "--patience", "5", "--max-length", "8", "--resume"]) == 0
     history = (out / "training" / "history.csv").read_text(encoding="utf-8").strip().splitlines()
     assert _metrics(out)["epochs_run"] == 3 and [row.split(",")[0] for row in history[1:]] == ["0", "1", "2"]
+    assert _metrics(out)["recipe"]["ngrams"] == 2 and _metrics(out)["recipe"]["max_length"] == 16
+    assert (out / "training" / "vocab.txt").read_text(encoding="utf-8") == (out / "vocab.txt").read_text(encoding="utf-8")
     capsys.readouterr()
     assert main(["train", "classify", "--data", str(tickets), "--out", str(tmp_path / "fresh"), "--resume", *TINY]) == 2
     assert "nothing to resume" in capsys.readouterr().err
@@ -69,10 +76,13 @@ def test_recipe_errors_are_one_line(tickets, tmp_path, capsys):
     recipe = tmp_path / "mine.toml"
     recipe.write_text("epochs = 2\nlayers = 3\n", encoding="utf-8")
     assert main(["train", "classify", "--data", str(tickets), "--recipe", str(recipe), "--out", str(tmp_path / "b")]) == 2
-    assert "unknown setting(s) layers" in capsys.readouterr().err
+    assert "unknown setting layers" in capsys.readouterr().err
     recipe.write_text('epochs = "ten"\n', encoding="utf-8")
     assert main(["train", "classify", "--data", str(tickets), "--recipe", str(recipe), "--out", str(tmp_path / "b")]) == 2
-    assert "setting epochs = 'ten' is not a number" in capsys.readouterr().err
+    assert "= 'ten' must be a whole number" in capsys.readouterr().err
+    recipe.write_text('task = "translate"\n', encoding="utf-8")
+    assert main(["train", "classify", "--data", str(tickets), "--recipe", str(recipe), "--out", str(tmp_path / "b")]) == 2
+    assert "is a 'translate' recipe, not a 'classify' one" in capsys.readouterr().err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
     kept = tmp_path / "existing" / "training"
     kept.mkdir(parents=True)
@@ -83,12 +93,20 @@ def test_recipe_errors_are_one_line(tickets, tmp_path, capsys):
     assert (kept / "state.json").is_file()  # a bad flag never touches an existing folder
 
 
-def test_shipped_recipes_only_use_known_settings():
-    from kformer.commands.classify import DEFAULTS
-    from kformer.training import load_recipe
+def test_shipped_recipes_are_sectioned_classify_recipes():
+    import tomllib
 
-    for name in ("imdb", "banking77", "tickets"):
-        assert set(load_recipe(name)) <= set(DEFAULTS), name
+    from kformer.config import RECIPES_DIR, available_recipes, make_config
+    from kformer.tasks.classify import ClassifyConfig
+
+    names = ("imdb", "banking77", "banking77-minilm", "tickets")
+    assert set(names) <= set(available_recipes("classify"))
+    for name in names:
+        raw = tomllib.loads((RECIPES_DIR / f"{name}.toml").read_text(encoding="utf-8"))
+        assert raw.pop("task") == "classify" and set(raw) <= {"data", "model", "training"}, name
+        assert make_config(ClassifyConfig, "classify", name).backbone in ("scratch", "minilm"), name
+    imdb = make_config(ClassifyConfig, "classify", "imdb")
+    assert (imdb.ngrams, imdb.window, imdb.max_length, imdb.learning_rate) == (2, 64, 800, 0.002)
 
 
 def test_pretrained_backbone_errors(monkeypatch, tmp_path):
@@ -123,7 +141,9 @@ def test_quick_run_on_a_slice_of_real_tickets(shared_data, tmp_path):
 
 
 def test_bert_scratch_backbone_with_valid_file_class_weights_and_smoothing(tickets, tmp_path):
-    from kformer.models.classifier import load_classifier, predict_texts
+    import numpy as np
+
+    from kformer.tasks.classify import load
 
     valid = write_tickets(tmp_path / "valid.csv", 30, seed=9)
     out = tmp_path / "bert"
@@ -133,18 +153,25 @@ def test_bert_scratch_backbone_with_valid_file_class_weights_and_smoothing(ticke
     manifest = json.loads((out / "kformer.json").read_text(encoding="utf-8"))
     assert manifest["kind"] == "bert" and manifest["recipe"]["class_weights"] is True
     assert _metrics(out)["splits"] == {"train": 240, "valid": 30, "test": 0, "dropped_empty": 0}
-    classifier = load_classifier(out)  # a KerasHub BertTextClassifier that takes raw strings
-    (result,) = predict_texts(classifier, ["my laptop will not boot"], top_k=3)
-    assert result["label"] in TICKET_QUEUES
-    assert sum(t["probability"] for t in result["top_k"]) == pytest.approx(1.0, abs=1e-4)
+    classifier = load(out)  # a KerasHub BertTextClassifier, fed length-bucketed token ids
+    assert classifier.labels == manifest["labels"] == sorted(TICKET_QUEUES)
+    texts = ["my laptop will not boot", "refund " * 30]
+    probs = classifier.probabilities(texts)
+    assert probs.shape == (2, 3) and np.allclose(probs.sum(axis=1), 1.0, atol=1e-4)
+    for row, result in zip(probs, classifier.predict(texts, top_k=3), strict=True):
+        top = [t["probability"] for t in result["top_k"]]
+        assert top == sorted(top, reverse=True) and sum(top) == pytest.approx(1.0, abs=1e-4)
+        assert result["label"] == classifier.labels[int(row.argmax())]
+    with pytest.raises(Unsupported):
+        classifier.attention_maps("my laptop")
 
 
 def test_bert_path_batches_are_token_ids_cut_to_length_and_shuffled_every_epoch():
     import numpy as np
 
+    from kformer.data.batching import BucketedBatches
     from kformer.models.pretrained import bert_inputs, bert_token_ids, build_bert_classifier
     from kformer.text.vocabulary import RESERVED_TOKENS
-    from kformer.training import BucketedBatches
 
     vocabulary = [*RESERVED_TOKENS, "text", "long", "short", *[str(i) for i in range(100)]]
     model = build_bert_classifier("bert-scratch", 2, 40, vocabulary=vocabulary, layers=1, dim=16, heads=2, ff_dim=16)

