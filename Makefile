@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.kformer-installed
 
-.PHONY: install demo test test-jax lint bench clean
+.PHONY: install browser demo test test-jax lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,15 @@ install: $(STAMP)  ## create .venv with kformer and its test tools
 demo: $(STAMP)  ## train the arithmetic model for ~2 minutes and draw its attention
 	$(BIN)/kformer demo
 
-test: $(STAMP)  ## lint, the whole suite (TensorFlow), then the layer tests under JAX
+# Chromium and a Tamil font for the browser tests (tests/test_server_browser.py): installed with apt
+# when missing and running as root (CI); elsewhere those tests skip with a reason (CI=true: fail).
+browser:
+	@if [ -x "$${KFORMER_CHROMIUM:-/usr/bin/chromium}" ] && dpkg -s fonts-lohit-taml >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-lohit-taml >/dev/null; \
+	else echo "make: chromium/fonts-lohit-taml missing and not root: the browser tests will skip"; fi
+
+test: $(STAMP) browser  ## lint, the whole suite (TensorFlow), then the layer tests under JAX
 	$(BIN)/ruff check src tests bench
 	$(BIN)/python -m pytest
 	KERAS_BACKEND=jax $(BIN)/python -m pytest tests/test_layers.py

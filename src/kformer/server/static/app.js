@@ -75,12 +75,18 @@ async function modelChanged() {
   $("text").placeholder = placeholder;
   $("top-k-box").hidden = !("top_k" in (meta.parameters || {}));
   $("beam-box").hidden = !("beam" in (meta.parameters || {}));
-  const metrics = meta.metrics || {};
-  const score = ["accuracy", "exact_match", "bleu"].find((k) => typeof metrics[k] === "number");
-  $("model-info").textContent = `${meta.task}, version ${meta.version}` + (score ? `, ${score} ${fmt(metrics[score], score)}` : "");
+  $("model-info").textContent = `${meta.task}, version ${meta.version}${headline(meta.metrics || {})}`;
 }
 
-function fmt(value, key) { return key === "bleu" ? value.toFixed(1) : `${(100 * value).toFixed(1)} %`; }
+// The held-out score the folder's metrics report (test, else validation, else top level).
+function headline(metrics) {
+  for (const [where, scores] of [["test", metrics.test], ["validation", metrics.valid], ["held-out", metrics]]) {
+    if (!scores || typeof scores !== "object") continue;
+    const key = ["accuracy", "exact_match", "bleu"].find((k) => typeof scores[k] === "number");
+    if (key) return `, ${where} ${key.replace("_", " ")} ${key === "bleu" ? scores[key].toFixed(1) : (100 * scores[key]).toFixed(1) + " %"}`;
+  }
+  return "";
+}
 
 function parameters() {
   const meta = state.meta[$("model").value] || {};
@@ -119,7 +125,8 @@ function showPrediction(task, p) {
   } else if (task === "translate") {
     box.replaceChildren(el("h2", {}, "Translation"), el("p", { class: "answer", id: "translation" }, p.translation));
   } else {
-    box.replaceChildren(el("h2", {}, "Answer"), el("p", { class: "answer", id: "answer" }, String(p.answer)));
+    const shown = p.answer === null || p.answer === undefined ? `${p.text} (not a number: the model has not learned this yet)` : String(p.answer);
+    box.replaceChildren(el("h2", {}, "Answer"), el("p", { class: "answer", id: "answer" }, shown));
   }
   box.hidden = false;
 }
@@ -181,8 +188,9 @@ function draw() {
     ctx.save(); ctx.translate(left + cell * (j + 0.5), top - 6); ctx.rotate(-Math.PI / 2);
     ctx.textAlign = "left"; ctx.fillText(t, 0, 0); ctx.restore();
   });
+  const peak = Math.max(1e-6, ...weights.flat());  // the darkest cell is the largest weight shown
   weights.forEach((row, i) => row.forEach((w, j) => {
-    const shade = Math.round(255 * (1 - Math.min(1, Math.max(0, w))));
+    const shade = Math.round(255 * (1 - Math.min(1, Math.max(0, w / peak))));
     ctx.fillStyle = `rgb(${shade}, ${Math.round(shade * 0.9 + 25)}, 255)`;
     ctx.fillRect(left + cell * j, top + cell * i, cell - 1, cell - 1);
   }));
@@ -195,7 +203,7 @@ function draw() {
     }
   };
   const out = state.explained.output;
-  $("cell").textContent = out !== null && out !== undefined ? `model output: ${out}` : "";
+  $("cell").textContent = `darkest cell = weight ${peak.toFixed(3)}` + (out !== null && out !== undefined ? ` · model output: ${out}` : "");
 }
 
 $("model").addEventListener("change", modelChanged);
