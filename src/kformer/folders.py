@@ -108,12 +108,13 @@ def write_model_folder(
 def save_inference_model(model, path: str | os.PathLike) -> None:
     """Save ``model`` for inference: its compile settings are kept, its optimizer state is not.
 
-    The model is recompiled from its own compile config, which gives it a fresh, unbuilt
-    optimizer of the same kind; the file then carries no moments or step counters.
+    A trained optimizer is swapped for a fresh, unbuilt one of the same kind and settings, so the
+    file carries no moments or step counter (any model: kformer's, or a KerasHub task, which
+    does not recompile from its compile config).
     """
-    config = model.get_compile_config() if getattr(model, "compiled", False) else None
-    if config:
-        model.compile_from_config(config)
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None and optimizer.built:
+        model.optimizer = type(optimizer).from_config(optimizer.get_config())
     save_keras_atomic(model, path)
 
 

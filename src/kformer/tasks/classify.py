@@ -663,21 +663,8 @@ def _run(config, labels, extra: dict, out: Path, state_dir: Path, data, resume: 
         plot_confusion_matrix(valid_scores["confusion"], valid_scores["labels"], stage / "confusion_valid.png")
 
     with _quiet_custom_compile(kind):
-        if kind == "bert":
-            _strip_optimizer(model)
         write_model_folder(out, TASK, model, {**manifest, "metrics": metrics}, metrics, write_files)
     return metrics
-
-
-def _strip_optimizer(model) -> None:
-    """Recompile with an unbuilt optimizer, so the saved file carries no optimizer state.
-
-    (:func:`kformer.folders.save_inference_model` does this by ``compile_from_config``, which a
-    KerasHub task, having its own ``compile``, skips.)
-    """
-    import keras
-
-    model.compile(optimizer=keras.optimizers.SGD(), loss=keras.losses.CategoricalCrossentropy(), metrics=["accuracy"])
 
 
 @contextlib.contextmanager
