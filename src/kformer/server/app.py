@@ -10,6 +10,7 @@ Routes (every one except health and the page's static files needs the API key wh
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
 from contextlib import asynccontextmanager
@@ -122,6 +123,12 @@ class MetricsMiddleware:
             self.service.metrics.observe_request(model, getattr(route, "path", "unmatched"), status, started)
 
 
+def json_response(body: dict) -> Response:
+    """JSON straight from ``json.dumps`` (model outputs are plain JSON already; FastAPI's encoder
+    would walk every value again)."""
+    return Response(json.dumps(body, ensure_ascii=False, allow_nan=False), media_type="application/json")
+
+
 def _health_routes(service: Service) -> APIRouter:
     router = APIRouter(tags=["health"])
 
@@ -189,24 +196,28 @@ def _model_routes(service: Service) -> APIRouter:
         return {"name": name, "version": served.version, **served.model.metadata()}
 
     @router.post("/v1/models/{name}:predict", openapi_extra=PREDICT_BODY)
-    async def predict(name: str, request: Request) -> dict:
+    async def predict(name: str, request: Request) -> Response:
         """Answer ``{"instances": [...], "parameters": {...}}`` with one prediction per instance."""
         registry.slot(name)
-        data = parse_json(await read_body(request, config.max_body_bytes))
-        instances = check_instances(data, config.max_instances, config.max_chars)
-        predictions, version = await service.predict(name, instances, check_parameters(data))
-        return {"model": name, "version": version, "predictions": predictions}
+        with service.arrival():
+            data = parse_json(await read_body(request, config.max_body_bytes))
+            instances = check_instances(data, config.max_instances, config.max_chars)
+            pending = service.submit_predict(name, instances, check_parameters(data))
+        predictions, version = await service.answer(pending)
+        return json_response({"model": name, "version": version, "predictions": predictions})
 
     @router.post("/v1/models/{name}:explain", openapi_extra=EXPLAIN_BODY)
-    async def explain(name: str, request: Request) -> dict:
+    async def explain(name: str, request: Request) -> Response:
         """Tokens and attention weights (per map, layer and head) for one instance."""
         registry.slot(name)
-        data = parse_json(await read_body(request, config.max_body_bytes))
-        instances = check_instances(data, 1, config.max_chars)
-        if check_parameters(data):
-            raise BadInput("explain takes no parameters", field="parameters")
-        maps, version = await service.explain(name, instances[0])
-        return {"model": name, "version": version, **maps}
+        with service.arrival():
+            data = parse_json(await read_body(request, config.max_body_bytes))
+            instances = check_instances(data, 1, config.max_chars)
+            if check_parameters(data):
+                raise BadInput("explain takes no parameters", field="parameters")
+            pending = service.submit_explain(name, instances[0])
+        (maps,), version = await service.answer(pending)
+        return json_response({"model": name, "version": version, **maps})
 
     @router.post("/v1/models/{name}:reload")
     async def reload(name: str) -> dict:

@@ -62,6 +62,9 @@ class InferenceWorker:
         max_batch, batch_wait_ms: how big a batch may get and how long its first job waits.
         max_queue: jobs waiting beyond this are refused with Overloaded (503).
         batching: False runs every job on its own, as it comes (the naive baseline).
+        arriving: how many requests are inside the service but not yet queued (their bodies
+            being read and checked); a batch waits for company only while some are, so a lone
+            request is never held back by ``batch_wait_ms``.
     """
 
     def __init__(
@@ -73,6 +76,7 @@ class InferenceWorker:
         max_queue: int = 256,
         batching: bool = True,
         observer: BatchObserver | None = None,
+        arriving: Callable[[], int] | None = None,
     ):
         self._run = run
         self.max_batch = max_batch
@@ -80,6 +84,7 @@ class InferenceWorker:
         self.max_queue = max_queue
         self.batching = batching
         self.observer = observer or BatchObserver()
+        self._arriving = arriving or (lambda: 1)
         self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._pending: deque[Job] = deque()  # taken from the queue but not in this batch
         self._depth = 0
@@ -166,7 +171,7 @@ class InferenceWorker:
         self._pending = kept
         until = time.monotonic() + self.batch_wait
         while size < self.max_batch:
-            remaining = until - time.monotonic()
+            remaining = until - time.monotonic() if self._arriving() > 0 else 0
             try:
                 job = self._queue.get(timeout=remaining) if remaining > 0 else self._queue.get_nowait()
             except queue.Empty:

@@ -11,7 +11,8 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from kformer.errors import KformerError, Overloaded
@@ -38,7 +39,9 @@ class Service:
             max_queue=config.max_queue,
             batching=config.batching,
             observer=self.metrics,
+            arriving=lambda: self.arriving,
         )
+        self.arriving = 0  # requests in a handler that have not reached the queue yet
         self.failed: KformerError | None = None  # a start-up load that failed
         self.shutting_down = False
         self.loaded = threading.Event()  # set when start-up loading ended (well or not)
@@ -90,16 +93,43 @@ class Service:
             raise Overloaded(f"model '{name}' is still loading; retry shortly", field=None)
         return served
 
-    async def predict(self, name: str, instances: list[str], parameters: dict[str, Any]) -> tuple[list[dict], str]:
-        """Predictions for ``instances`` and the version that made them."""
-        parameters = self.served(name).model.check_parameters(parameters)
-        return await self._submit(name, PREDICT, instances, parameters)
+    @contextmanager
+    def arrival(self) -> Iterator[None]:
+        """Around reading and checking a request until it is queued: the inference thread holds
+        a batch open for company only while some request is inside this block."""
+        self.arriving += 1
+        try:
+            yield
+        finally:
+            self.arriving -= 1
 
-    async def explain(self, name: str, text: str) -> tuple[dict, str]:
-        """Attention maps (JSON-ready) for one input, and the version that made them."""
+    def submit_predict(self, name: str, instances: list[str], parameters: dict[str, Any]) -> asyncio.Future:
+        """Queue a prediction; :meth:`answer` waits for it."""
+        parameters = self.served(name).model.check_parameters(parameters)
+        return self._submit(name, PREDICT, instances, parameters)
+
+    def submit_explain(self, name: str, text: str) -> asyncio.Future:
+        """Queue attention maps for one input; :meth:`answer` waits for them."""
         self.served(name)
-        results, version = await self._submit(name, EXPLAIN, [text], {})
-        return results[0], version
+        return self._submit(name, EXPLAIN, [text], {})
+
+    def _submit(self, name: str, kind: str, instances: list[str], parameters: dict) -> asyncio.Future:
+        job = Job(name, kind, instances, parameters, deadline=time.monotonic() + self.config.timeout_s)
+        return asyncio.wrap_future(self.worker.submit(job))
+
+    async def answer(self, future: asyncio.Future) -> tuple[list, str]:
+        """The results of a queued job and the model version that made them; 504 past ``timeout_s``
+        (the job is then cancelled, so the inference thread skips it if it has not started)."""
+        timeout = self.config.timeout_s
+        try:
+            return await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            raise GatewayTimeout(f"the model did not answer within {timeout:g} s (timeout_s); retry later", field=None) from None
+        except KformerError:
+            raise
+        except Exception as exc:
+            log.error("inference failed: %s: %s", type(exc).__name__, exc)
+            raise InternalError(f"the model failed ({type(exc).__name__}); the server log has the details") from None
 
     async def reload(self, name: str) -> tuple[Served, Served | None]:
         """Reload ``name`` from its folder on a loader thread; requests keep flowing meanwhile."""
@@ -109,20 +139,6 @@ class Service:
     def reload_all_in_background(self) -> None:
         """SIGHUP: reload every folder-backed model on a thread of its own."""
         threading.Thread(target=self.registry.reload_all, name="kformer-reload", daemon=True).start()
-
-    async def _submit(self, name: str, kind: str, instances: list[str], parameters: dict) -> tuple[list, str]:
-        timeout = self.config.timeout_s
-        job = Job(name, kind, instances, parameters, deadline=time.monotonic() + timeout)
-        future = asyncio.wrap_future(self.worker.submit(job))
-        try:
-            return await asyncio.wait_for(future, timeout)  # on timeout the job is cancelled: skipped
-        except TimeoutError:
-            raise GatewayTimeout(f"the model did not answer within {timeout:g} s (timeout_s); retry later", field=None) from None
-        except KformerError:
-            raise
-        except Exception as exc:
-            log.error("model %s failed: %s: %s", name, type(exc).__name__, exc)
-            raise InternalError(f"the model failed ({type(exc).__name__}); the server log has the details") from None
 
     # --- the inference thread ---------------------------------------------------------------------
 
