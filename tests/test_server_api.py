@@ -417,8 +417,10 @@ def test_real_models_answer_as_the_library_does(real_models):
                 assert got[0]["label"] == want["label"] and [t["label"] for t in got[0]["top_k"]] == [
                     t["label"] for t in want["top_k"]]
                 assert got[0]["probability"] == pytest.approx(want["probability"], abs=1e-4)
-            batches = app.state.service.metrics.batch_requests.labels("tickets")
-            assert batches._sum.get() > 0 and batches._sum.get() / sum(b.get() for b in batches._buckets) > 1
+            registry = app.state.service.metrics.registry
+            requests = registry.get_sample_value("kformer_batch_requests_sum", {"model": "tickets"})
+            calls = registry.get_sample_value("kformer_batch_requests_count", {"model": "tickets"})
+            assert requests == len(answers) and calls < requests  # at least one call served several requests
             unknown = await predict("tickets", tickets[:1], {"threshold": 1.0, "unknown_label": "human"})
             assert unknown[0]["label"] == "human" and unknown[0]["unknown"]
             assert await predict("en-ta", ["one two", "three"]) == library["en-ta"].predict_instances(["one two", "three"], {})
