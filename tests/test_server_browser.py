@@ -25,6 +25,13 @@ def _missing() -> str | None:
         return "the Python package playwright is not installed (pip install -e '.[test]')"
     if not Path(CHROMIUM).is_file():
         return f"no Chromium at {CHROMIUM} (apt-get install -y chromium fonts-lohit-taml, or set KFORMER_CHROMIUM)"
+    import shutil
+    import subprocess
+
+    fonts = subprocess.run(["fc-list", ":lang=ta", "family"], capture_output=True, text=True, timeout=30).stdout \
+        if shutil.which("fc-list") else ""
+    if not fonts.strip():
+        return "no Tamil font, so Tamil cannot render (apt-get install -y fonts-lohit-taml)"
     return None
 
 
