@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from bench.harness import ROOT, Timer, record_results, require_shared_data
+from bench.baselines import parse_settings
+from bench.harness import Timer, record_results, require_shared_data
 
 RATIO_KEYS = ("bleu", "chrf")
 
@@ -43,43 +42,37 @@ def retrieval_baseline(name: str, train, test) -> dict:
             "n": scores["n"], "train_s": timer.seconds, "decode": "nearest neighbour"}
 
 
-def kformer_rows(name: str, train_path: Path, test_path: Path, flags: list[str], beam: int = 4) -> list[dict]:
-    """``kformer train translate`` in a new process (greedy test scores from its metrics.json),
-    then beam-search scores of the saved model on the same test pairs."""
+def kformer_rows(name: str, train, test, recipe: str, minutes: float, settings: dict, beam: int = 4) -> list[dict]:
+    """Train with ``kformer.tasks.translate`` in this process (greedy test scores from its
+    metrics), then beam-search scores of the saved model on the same test pairs."""
+    from kformer.cli.progress import progress_printer
+    from kformer.config import make_config
+    from kformer.tasks import translate
+
     out_dir = Path(tempfile.mkdtemp(prefix="kformer-bench-translate-"))
-    command = [sys.executable, "-m", "kformer", "train", "translate", "--data", str(train_path), "--test", str(test_path),
-               "--out", str(out_dir), "--quiet", "--beam", "1", *flags]
-    print("+", " ".join(command), flush=True)
-    finished = subprocess.run(command, cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
-    if finished.returncode != 0:
-        raise SystemExit(f"{name}: kformer exited with {finished.returncode}")
-    metrics = json.loads((out_dir / "metrics.json").read_text(encoding="utf-8"))
+    config = make_config(translate.TranslateConfig, "translate", recipe,
+                         {"max_minutes": minutes, "beam": 1, **settings})
+    print(f"+ kformer.tasks.translate.train(recipe {recipe}, {settings or 'no overrides'}) -> {out_dir}", flush=True)
+    metrics = translate.train(config, train, out_dir, test=test, progress=progress_printer(interactive=False),
+                              command=[sys.executable, *sys.argv]).metrics
     greedy = metrics["test"]
     common = {"train_s": metrics["train_seconds"], "epochs": metrics["epochs_run"], "params": metrics["parameters"]}
     rows = [{"system": f"{name}, greedy", "bleu": greedy["bleu"], "chrf": greedy["chrf"],
              "exact_match": greedy["exact_match"], "n": greedy["n"], **common, "decode_s": greedy["decode_seconds"]}]
     if beam > 1:
-        from kformer.data.pairs import read_pairs
-        from kformer.models.translator import load_translator, score_pairs
-
-        scores, _ = score_pairs(load_translator(out_dir), read_pairs(test_path), beam=beam)
+        scores = translate.load(out_dir).evaluate(test, beam=beam)
         rows.append({"system": f"{name}, beam {beam}", "bleu": scores["bleu"], "chrf": scores["chrf"],
                      "exact_match": scores["exact_match"], "n": scores["n"], **common,
                      "decode_s": scores["decode_seconds"]})
-    print(json.dumps({k: metrics[k] for k in ("splits", "lengths", "vocab", "stopped_by_time_budget")}), flush=True)
+    print(json.dumps({k: metrics[k] for k in ("splits", "lengths", "vocab", "stopped_by_time_budget", "auto")}),
+          flush=True)
     return rows
 
 
-def compare(train, test, recipe: str, minutes: float, extra: list[str], prefix: str) -> list[dict]:
-    """The baseline row and kformer's rows for one train/test split (written to a temporary folder)."""
-    from kformer.data.pairs import write_pairs
-
-    folder = Path(tempfile.mkdtemp(prefix=prefix))
-    write_pairs(folder / "train.tsv", train)
-    write_pairs(folder / "test.tsv", test)
+def compare(train, test, recipe: str, minutes: float, settings: dict) -> list[dict]:
+    """The baseline row and kformer's rows for one train/test split."""
     rows = [retrieval_baseline("translation memory (TF-IDF nearest neighbour)", train, test)]
-    rows += kformer_rows(f"kformer `{recipe}` ({minutes:g} min)", folder / "train.tsv", folder / "test.tsv",
-                         ["--recipe", recipe, "--max-minutes", str(minutes), *extra])
+    rows += kformer_rows(f"kformer `{recipe}` ({minutes:g} min)", train, test, recipe, minutes, settings)
     return rows
 
 
@@ -88,7 +81,7 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=15.0, help="kformer's training budget (default 15)")
     parser.add_argument("--recipe", default="en-es", help="kformer recipe (default: en-es)")
     parser.add_argument("--limit", type=int, default=None, help="use only N random pairs (smoke runs)")
-    parser.add_argument("--extra", nargs="*", default=[], help="extra flags for kformer's run")
+    parser.add_argument("--extra", nargs="*", default=[], metavar="NAME=VALUE", help="extra settings for kformer's run")
     parser.add_argument("--no-record", action="store_true", help="print, do not append to BENCHMARKS.md")
     args = parser.parse_args()
     from kformer.data.pairs import random_holdout, read_pairs
@@ -97,7 +90,7 @@ def main() -> None:
     if args.limit:
         pairs = random_holdout(pairs, args.limit, seed=1)[1]
     train, test = random_holdout(pairs, 2000 if not args.limit else max(args.limit // 10, 10), seed=0)
-    rows = compare(train, test, args.recipe, args.minutes, args.extra, "bench-en-es-")
+    rows = compare(train, test, args.recipe, args.minutes, parse_settings(args.extra))
     notes = (
         f"English->Spanish, {len(train):,} training pairs, {len(test):,} held out at random (seed 0). BLEU/chrF: "
         "sacrebleu corpus scores against the single held-out reference. Target in the issue: BLEU >= 35 "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 
+from bench.baselines import parse_settings
 from bench.en_es import RATIO_KEYS, compare
 from bench.harness import record_results, require_shared_data, results_table
 
@@ -19,7 +20,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=7.0, help="kformer's training budget (default 7)")
     parser.add_argument("--recipe", default="en-ta", help="kformer recipe (default: en-ta)")
-    parser.add_argument("--extra", nargs="*", default=[], help="extra flags for kformer's run")
+    parser.add_argument("--extra", nargs="*", default=[], metavar="NAME=VALUE", help="extra settings for kformer's run")
     parser.add_argument("--no-record", action="store_true", help="print, do not append to BENCHMARKS.md")
     args = parser.parse_args()
     from kformer.data.pairs import document_holdout, read_document_ids, read_pairs
@@ -28,7 +29,7 @@ def main() -> None:
     pairs = read_pairs(tico / "en-ta.tsv")
     train, test, documents = document_holdout(pairs, read_document_ids(tico / "en-ta.meta.tsv"), fraction=0.15, seed=0)
     train += read_pairs(require_shared_data("en-ta-tatoeba", "en-ta.tsv"))
-    rows = compare(train, test, args.recipe, args.minutes, args.extra, "bench-en-ta-")
+    rows = compare(train, test, args.recipe, args.minutes, parse_settings(args.extra))
     notes = (
         f"English->Tamil: {len(train):,} training pairs (TICO-19 minus {len(documents)} held-out documents, plus "
         f"Tatoeba), {len(test):,} test pairs from the held-out TICO-19 documents: "

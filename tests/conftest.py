@@ -52,3 +52,38 @@ def write_tickets(path: Path, n: int, seed: int, long_text: bool = False) -> Pat
     if long_text:
         rows.append((" ".join(rng.choice(TICKET_FILLER) for _ in range(50_000)) + " laptop screen", "Hardware"))
     return write_csv(path, rows)
+
+
+# --- Generated English->Tamil number words for the translate tests (helper C) ---------------------
+
+NUMBER_WORDS = {"one": "ஒன்று", "two": "இரண்டு", "three": "மூன்று", "four": "நான்கு", "five": "ஐந்து",
+                "six": "ஆறு", "seven": "ஏழு", "eight": "எட்டு", "nine": "ஒன்பது", "ten": "பத்து"}
+
+
+def number_pairs(count: int, seed: int) -> list[tuple[str, str]]:
+    """``count`` pairs of one or two English number words and their Tamil words."""
+    import random
+
+    rng = random.Random(seed)
+    pairs = []
+    for _ in range(count):
+        chosen = [rng.choice(list(NUMBER_WORDS)) for _ in range(rng.randint(1, 2))]
+        pairs.append((" ".join(chosen), " ".join(NUMBER_WORDS[w] for w in chosen)))
+    return pairs
+
+
+def write_tsv_pairs(path: Path, pairs) -> Path:
+    """``source<TAB>target<TAB>attribution`` lines (the extra column is ignored by readers)."""
+    path.write_text("".join(f"{s}\t{t}\tattribution\n" for s, t in pairs), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def eager_decoding():
+    """Decode without compiling the decode loop: tiny models and a handful of steps are quicker
+    eagerly than through one XLA compilation per decode shape."""
+    from kformer.models import generation
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(generation, "COMPILE", False, raising=False)
+        yield

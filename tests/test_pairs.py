@@ -87,10 +87,10 @@ def test_curriculum_levels_grow_short_first():
     assert normalize_text(" a \t b ") == "a b"
 
 
-def test_length_buckets_cover_everything_once_and_group_similar_lengths():
+def test_pairs_batch_by_length_with_the_shared_bucketing():
     import numpy as np
 
-    from kformer.data.pairs import length_bucketed_batches, pad_batch
+    from kformer.data.batching import length_bucketed_batches, pad_batch
 
     lengths = [9, 1, 5, 2, 8, 3, 7, 4, 6, 10]
     batches = length_bucketed_batches(lengths, 3, rng=np.random.default_rng(0))
@@ -99,9 +99,10 @@ def test_length_buckets_cover_everything_once_and_group_similar_lengths():
     assert max(spans) <= 3  # sorted before cutting: each batch holds neighbours in length
     fixed = length_bucketed_batches(lengths, 4)
     assert [b.tolist() for b in fixed] == [[1, 3, 5, 7], [2, 8, 6, 4], [0, 9]]  # no rng: sorted, in order
-    padded = pad_batch([[5, 6], [7, 8, 9, 10, 11]], multiple=4)
+    padded = pad_batch([[5, 6], [7, 8, 9, 10, 11]])
     assert padded.shape == (2, 8) and padded[0].tolist() == [5, 6, 0, 0, 0, 0, 0, 0]
-    assert pad_batch([[1] * 5], multiple=4, limit=6).shape == (1, 6)
+    assert pad_batch([[1] * 5], limit=6).shape == (1, 6)
+    assert pad_batch([[1] * 17]).shape == (1, 24)  # widths come from the shared bucket ladder
 
 
 @pytest.mark.shared_data

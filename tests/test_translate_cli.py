@@ -1,24 +1,27 @@
-"""The translate CLI end to end in new processes, on tiny generated English->Tamil data.
+"""The translate CLI end to end on tiny generated English->Tamil data.
 
-train translate -> translate (arguments and stdin) -> evaluate --json, and one-line errors with
-exit status 2 and no half-written folder for bad input.
+train translate (a new process, flat recipe of kformer 0.1) -> translate (arguments in a new
+process, stdin in this one) -> evaluate --json, attention PNGs, and one-line errors with the exit
+status of their kind and no half-written folder for bad input (in this process: one TensorFlow
+start fewer each).
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
-import random
 import subprocess
 import sys
 import unicodedata
 
 import pytest
+from conftest import NUMBER_WORDS as NUMBERS
+from conftest import number_pairs, write_tsv_pairs
 
+from kformer.cli import main
 from kformer.metrics import translation_scores
 
-NUMBERS = {"one": "ஒன்று", "two": "இரண்டு", "three": "மூன்று", "four": "நான்கு", "five": "ஐந்து",
-           "six": "ஆறு", "seven": "ஏழு", "eight": "எட்டு", "nine": "ஒன்பது", "ten": "பத்து"}
 TINY_RECIPE = """\
 vocab_size = 300
 dim = 32
@@ -35,6 +38,7 @@ label_smoothing = 0.0
 valid_size = 20
 """
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+pytestmark = pytest.mark.usefixtures("eager_decoding")  # for the commands run in this process
 
 
 def kformer(*args, stdin: str | None = None) -> subprocess.CompletedProcess:
@@ -42,26 +46,12 @@ def kformer(*args, stdin: str | None = None) -> subprocess.CompletedProcess:
                           text=True, env=ENV, timeout=300)
 
 
-def _pairs(count: int, seed: int) -> list[tuple[str, str]]:
-    rng = random.Random(seed)
-    words = list(NUMBERS)
-    pairs = []
-    for _ in range(count):
-        chosen = [rng.choice(words) for _ in range(rng.randint(1, 2))]
-        pairs.append((" ".join(chosen), " ".join(NUMBERS[w] for w in chosen)))
-    return pairs
-
-
-def _write(path, pairs) -> None:
-    path.write_text("".join(f"{s}\t{t}\tattribution\n" for s, t in pairs), encoding="utf-8")
-
-
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     folder = tmp_path_factory.mktemp("translate")
-    _write(folder / "train.tsv", _pairs(400, seed=1))
-    test = _pairs(30, seed=2)
-    _write(folder / "test.tsv", test)
+    write_tsv_pairs(folder / "train.tsv", number_pairs(400, seed=1))
+    test = number_pairs(30, seed=2)
+    write_tsv_pairs(folder / "test.tsv", test)
     (folder / "tiny.toml").write_text(TINY_RECIPE, encoding="utf-8")
     done = kformer("train", "translate", "--data", folder / "train.tsv", "--test", folder / "test.tsv",
                    "--recipe", folder / "tiny.toml", "--out", folder / "model", "--quiet", "--curriculum")
@@ -94,11 +84,6 @@ def test_translate_arguments_stdin_and_evaluate_agree(trained, monkeypatch, caps
     assert all(line == unicodedata.normalize("NFC", line) for line in lines)
     assert lines[1] == NUMBERS["seven"]
     sources = [s for s, _ in test]
-    # stdin in this process (the new-process path is covered above; this saves a TensorFlow start)
-    import io
-
-    from kformer.cli import main
-
     monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(["three one", "", "seven", *sources]) + "\n"))
     capsys.readouterr()
     assert main(["translate", str(folder / "model")]) == 0
@@ -106,9 +91,8 @@ def test_translate_arguments_stdin_and_evaluate_agree(trained, monkeypatch, caps
     assert len(stdin_lines) == 3 + len(sources) and stdin_lines[1] == ""
     assert stdin_lines[2] == lines[1]
 
-    done = kformer("evaluate", folder / "model", "--data", folder / "test.tsv", "--json")
-    assert done.returncode == 0, done.stderr[-2000:]
-    scores = json.loads(done.stdout)
+    assert main(["evaluate", str(folder / "model"), "--data", str(folder / "test.tsv"), "--json"]) == 0
+    scores = json.loads(capsys.readouterr().out)
     assert scores["n"] == len(test)
     translated = stdin_lines[3:]
     expected = translation_scores(translated, [t for _, t in test])
@@ -116,13 +100,16 @@ def test_translate_arguments_stdin_and_evaluate_agree(trained, monkeypatch, caps
     assert scores["chrf"] == pytest.approx(expected["chrf"], abs=1e-6)
     assert scores["exact_match"] == pytest.approx(expected["exact_match"])
     assert (folder / "model" / "eval" / "scores.json").is_file()
+    assert main(["evaluate", str(folder / "model"), "--data", str(folder / "test.tsv"), "--limit", "5"]) == 0
+    assert capsys.readouterr().out.startswith("BLEU ")
 
 
-def _assert_one_line_error(done, *fragments):
-    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
-    lines = done.stderr.strip().splitlines()
-    assert lines and lines[-1].startswith("kformer: error:"), done.stderr[-2000:]
-    assert "Traceback" not in done.stderr
+def _assert_one_line_error(capsys, argv, *fragments, code=2):
+    assert main([str(a) for a in argv]) == code
+    stderr = capsys.readouterr().err
+    lines = stderr.strip().splitlines()
+    assert lines and lines[-1].startswith("kformer: error:"), stderr[-2000:]
+    assert "Traceback" not in stderr
     for fragment in fragments:
         assert fragment in lines[-1]
 
@@ -132,32 +119,43 @@ def _assert_one_line_error(done, *fragments):
     [(b"one\tx\ntwo without tab\n", "line 2 has no tab"), (b"one\tx\n\xff\tbad\n", "line 2 is not valid UTF-8"),
      (b"", "is empty")],
 )
-def test_bad_training_file_fails_cleanly(tmp_path, content, fragment):
+def test_bad_training_file_fails_cleanly(tmp_path, capsys, content, fragment):
     data = tmp_path / "bad.tsv"
     data.write_bytes(content)
-    done = kformer("train", "translate", "--data", data, "--out", tmp_path / "out")
-    _assert_one_line_error(done, fragment)
+    _assert_one_line_error(capsys, ["train", "translate", "--data", data, "--out", tmp_path / "out"], fragment)
     assert not (tmp_path / "out").exists()
 
 
-def test_bad_arguments_fail_cleanly(trained, tmp_path):
+def test_bad_settings_name_their_flags(tmp_path, capsys):
+    data = write_tsv_pairs(tmp_path / "pairs.tsv", number_pairs(30, seed=3))
+    out = tmp_path / "out"
+    _assert_one_line_error(capsys, ["train", "translate", "--data", data, "--out", out, "--max-length", "1"],
+                           "--max-length must be at least 2")
+    _assert_one_line_error(capsys, ["train", "translate", "--data", data, "--out", out, "--resume"],
+                           "nothing to resume", "without --resume")
+    recipe = tmp_path / "bad.toml"
+    recipe.write_text('task = "translate"\n[model]\ndimension = 8\n', encoding="utf-8")
+    _assert_one_line_error(capsys, ["train", "translate", "--data", data, "--out", out, "--recipe", recipe],
+                           "unknown setting model.dimension")
+    assert not out.exists()
+
+
+def test_bad_arguments_fail_cleanly(trained, tmp_path, capsys):
     folder, _, _ = trained
-    _assert_one_line_error(kformer("translate", tmp_path, "hello"), "not a kformer model folder")
-    _assert_one_line_error(kformer("translate", folder / "model", "one", "--beam", "0"), "--beam must be at least 1")
+    _assert_one_line_error(capsys, ["translate", tmp_path, "hello"], "not a kformer model folder", code=3)
+    _assert_one_line_error(capsys, ["translate", folder / "model", "one", "--beam", "0"], "--beam must be at least 1")
     bad = tmp_path / "test.tsv"
     bad.write_text("one\n", encoding="utf-8")
-    _assert_one_line_error(kformer("evaluate", folder / "model", "--data", bad), "line 1 has no tab")
+    _assert_one_line_error(capsys, ["evaluate", folder / "model", "--data", bad], "line 1 has no tab")
 
 
-def test_attention_draws_every_map_with_subword_labels(trained, tmp_path):
-    import argparse
-
-    from kformer.commands.translate import attention
-
+def test_attention_draws_every_map_with_subword_labels(trained, tmp_path, capsys):
     folder, _, _ = trained
     out = tmp_path / "maps"
-    args = argparse.Namespace(model_dir=str(folder / "model"), input="three one", out=str(out))
-    assert attention(args, {"task": "translate"}) == 0
+    assert main(["translate", str(folder / "model"), "three one"]) == 0
+    translation = capsys.readouterr().out.strip()
+    assert main(["attention", str(folder / "model"), "three one", "--out", str(out)]) == 0
+    assert f"model output: {translation}\n" in capsys.readouterr().out  # the maps explain that translation
     names = sorted(p.name for p in out.glob("*.png"))
     assert names == sorted(f"{kind}_{part}.png" for kind in ("encoder", "decoder_self", "cross")
                            for part in ("layer1", "grid"))

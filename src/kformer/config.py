@@ -227,6 +227,19 @@ class AutoChoices:
         return dict(self.chosen)
 
 
+def as_config(config_cls, config):
+    """``config`` as a ``config_cls``: one already (its types checked as a recipe's are), a dict
+    of settings (flat or ``section.name`` keys), or None for the defaults. What a task's
+    ``train(config, ...)`` accepts."""
+    if isinstance(config, config_cls):
+        return build_config(config_cls, to_dict(config))
+    if config is None or isinstance(config, dict):
+        return build_config(config_cls, config or {})
+    raise BadInput(
+        f"{{field}} must be a {config_cls.__name__} or a dict of settings, not {type(config).__name__}", field="config"
+    )
+
+
 def make_config(config_cls, task: str, recipe: str | os.PathLike | None = None, overrides: dict[str, Any] | None = None):
     """``config_cls`` from its defaults, then the ``recipe`` (name or path), then ``overrides``."""
     flat = load_recipe(recipe, config_cls, task) if recipe else {}

@@ -140,35 +140,3 @@ def curriculum_levels(lengths: Sequence[int], levels: int = 3) -> list[np.ndarra
     cuts = [np.quantile(lengths, (k + 1) / levels) for k in range(levels - 1)] + [np.inf]
     return [np.flatnonzero(lengths <= cut) for cut in cuts]
 
-
-def length_bucketed_batches(lengths: Sequence[int], batch_size: int, rng: np.random.Generator | None = None) -> list[np.ndarray]:
-    """Index batches of similar-length examples, in random order.
-
-    Sorting by length (with random tie-breaking) before cutting batches keeps padding -- and so
-    wasted computation -- small; the batch order is then shuffled so training does not see
-    short sentences first. Without ``rng`` the order is deterministic (for inference).
-    """
-    lengths = np.asarray(lengths, dtype="float64")
-    if rng is not None:
-        lengths = lengths + rng.uniform(0.0, 0.9, size=len(lengths))
-    order = np.argsort(lengths, kind="stable")
-    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-    if rng is not None:
-        rng.shuffle(batches)
-    return batches
-
-
-def pad_batch(sequences: Sequence[Sequence[int]], multiple: int = 4, limit: int | None = None) -> np.ndarray:
-    """``(batch, length)`` int32 array, 0-padded to the longest row rounded up to ``multiple``
-    (but not past ``limit``, the model's longest sequence; rows must already fit it).
-
-    Rounding keeps the number of distinct batch shapes (and so graph retracings) small.
-    """
-    width = max((len(s) for s in sequences), default=1)
-    width = max(multiple, -(-width // multiple) * multiple)
-    if limit is not None:
-        width = max(min(width, limit), max((len(s) for s in sequences), default=1))
-    out = np.zeros((len(sequences), width), dtype="int32")
-    for row, seq in enumerate(sequences):
-        out[row, : len(seq)] = seq
-    return out

@@ -1,0 +1,118 @@
+"""``kformer train translate``, ``kformer translate`` and the translation report of ``kformer evaluate``.
+
+Parsing and printing only; the work is :mod:`kformer.tasks.translate` (imported lazily, so
+``kformer --help`` stays instant).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from kformer.errors import BadInput
+
+# flags of `train translate` that override a setting of the same name
+SETTING_FLAGS = ("epochs", "seed", "curriculum", "shared_vocab", "vocab_size", "max_length", "batch_size",
+                 "learning_rate", "beam", "max_minutes")
+
+
+def register(commands, train_tasks) -> None:
+    """Add ``train translate`` and ``translate`` to the CLI."""
+    train = train_tasks.add_parser(
+        "translate",
+        help="train a translation model from sentence pairs",
+        description="Train an encoder-decoder Transformer on source<TAB>target lines (extra columns are "
+        "ignored; .gz is fine). Text is NFC-normalised; SentencePiece subword vocabularies are learned "
+        "from the training side only. Settings come from --recipe, then the flags below.",
+    )
+    train.add_argument("--data", required=True, metavar="PAIRS.tsv", help="training pairs, source<TAB>target per line")
+    train.add_argument("--valid", metavar="FILE", help="validation pairs for early stopping (default: a random hold-out of the training pairs)")
+    train.add_argument("--test", metavar="FILE", help="test pairs scored after training (default: hold out up to 2,000 random training pairs)")
+    train.add_argument("--out", metavar="DIR", help="model folder to write (default: runs/<name of PAIRS>)")
+    train.add_argument("--recipe", metavar="NAME|PATH", help="named recipe (en-es, en-ta) or a TOML file of settings")
+    train.add_argument("--max-minutes", type=float, metavar="M", help="stop training after M minutes, keeping the best weights")
+    train.add_argument("--epochs", type=int, metavar="N", help="maximum epochs (early stopping may end sooner)")
+    train.add_argument("--seed", type=int, metavar="N", help="random seed for splits, shuffling and weights (default 0)")
+    train.add_argument("--curriculum", action="store_true", default=None, help="train on short pairs first, adding longer ones epoch by epoch")
+    train.add_argument("--shared-vocab", action=argparse.BooleanOptionalAction, default=None,
+                       help="one subword vocabulary for both languages (default: on)")
+    train.add_argument("--vocab-size", type=int, metavar="N", help="subword vocabulary size (per vocabulary)")
+    train.add_argument("--max-length", type=int, metavar="N", help="subword tokens per sentence; longer training pairs are skipped (default: automatic)")
+    train.add_argument("--batch-size", type=int, metavar="N", help="sentence pairs per training step")
+    train.add_argument("--learning-rate", type=float, metavar="LR", help="peak learning rate (after warmup)")
+    train.add_argument("--beam", type=int, metavar="N", help="beam width for the test scores in metrics.json (1 = greedy)")
+    train.add_argument("--resume", action="store_true",
+                       help="continue from the last checkpoint in --out (same data; the vocabularies and model "
+                       "settings of the first run are kept, --epochs and --max-minutes may change)")
+    train.add_argument("--quiet", action="store_true", help="no progress bars")
+    train.set_defaults(handler=train_command)
+
+    translate = commands.add_parser(
+        "translate",
+        help="translate text with a trained translation model",
+        description="Translate each TEXT argument, or each line of standard input, and print one "
+        "translation per line.",
+    )
+    translate.add_argument("model_dir", metavar="MODEL_DIR", help="folder written by `kformer train translate`")
+    translate.add_argument("texts", nargs="*", metavar="TEXT", help="sentences to translate (default: read lines from stdin)")
+    translate.add_argument("--beam", type=int, default=1, metavar="N", help="beam width (1 = greedy decoding)")
+    translate.add_argument("--batch-size", type=int, default=64, metavar="N", help="sentences per decoding batch")
+    translate.set_defaults(handler=translate_command)
+
+
+def default_out(data: str) -> Path:
+    """``runs/<name of the pairs file without extensions>``."""
+    return Path("runs") / Path(data).name.split(".")[0]
+
+
+def train_command(args: argparse.Namespace) -> int:
+    from kformer.cli.progress import progress_printer
+    from kformer.config import make_config
+    from kformer.tasks import translate
+
+    config = make_config(translate.TranslateConfig, "translate", args.recipe,
+                         {name: getattr(args, name) for name in SETTING_FLAGS})
+    out = Path(args.out) if args.out else default_out(args.data)
+    result = translate.train(config, args.data, out, valid=args.valid, test=args.test, resume=args.resume,
+                             progress=None if args.quiet else progress_printer(),
+                             command=["kformer", *sys.argv[1:]])
+    metrics, test = result.metrics, result.metrics["test"]
+    budget = " (stopped by --max-minutes)" if metrics["stopped_by_time_budget"] else ""
+    print(
+        f"test BLEU {test['bleu']:.2f}, chrF {test['chrf']:.2f}, exact match {test['exact_match']:.3f} "
+        f"on {test['n']} pairs; trained {metrics['train_seconds']:.0f} s{budget}; model written to {out}"
+    )
+    return 0
+
+
+def translate_command(args: argparse.Namespace) -> int:
+    from kformer.folders import read_manifest
+    from kformer.tasks import translate
+
+    read_manifest(args.model_dir, task="translate")  # the wrong folder, bad flags: before stdin and loading
+    translate.check_decoding(args.beam, args.batch_size)
+    if args.texts:
+        texts = list(args.texts)
+    elif sys.stdin is None or sys.stdin.isatty():
+        raise BadInput("no text: pass TEXT arguments or pipe lines on stdin", field="texts")
+    else:
+        texts = [line.rstrip("\r\n") for line in sys.stdin]
+    translator = translate.load(args.model_dir)
+    for line in translator.translate(texts, beam=args.beam, batch_size=args.batch_size):
+        print(line)
+    return 0
+
+
+def evaluate(args: argparse.Namespace, model) -> int:
+    """``kformer evaluate MODEL_DIR --data PAIRS``: BLEU, chrF and exact match of the translations."""
+    out = Path(args.out) if args.out else model.folder / "eval"
+    scores = model.evaluate(args.data, beam=args.beam, batch_size=args.batch_size, out=out, limit=args.limit or None)
+    if args.json:
+        print(json.dumps(scores))
+    else:
+        print(f"BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  exact match {scores['exact_match']:.3f}  "
+              f"n {scores['n']}  ({'greedy' if args.beam == 1 else f'beam {args.beam}'})")
+        print(f"translations: {out / 'translations.json'}")
+    return 0

@@ -1,0 +1,688 @@
+"""Translation: train an encoder-decoder Transformer on sentence pairs, translate, score, explain.
+
+The model is a :class:`~kformer.models.seq2seq.Seq2SeqTransformer` over SentencePiece subwords
+learned from the training pairs only (one vocabulary for both sides by default). Both sides are
+NFC-normalised (:func:`kformer.data.pairs.normalize_text`).
+
+Life cycle::
+
+    from kformer.tasks import translate
+    pairs = [("one two", "ஒன்று இரண்டு"), ("three", "மூன்று"), ...]       # or a path to a TSV file
+    result = translate.train({"epochs": 5, "dim": 32}, pairs, "runs/tiny", valid=pairs, test=pairs)
+    translator = translate.load("runs/tiny")                 # or kformer.load("runs/tiny")
+    translator.translate(["one two"], beam=4)                 # ["ஒன்று இரண்டு"]
+    translator.evaluate("test.tsv")                           # {"bleu", "chrf", "exact_match", "n", ...}
+    translator.attention_maps("one two").maps["cross"].shape  # (layers, heads, target, source)
+
+The folder: ``kformer.json`` (task ``translate``, the vocabulary files, the longest source and
+target, recipe, a metrics summary), ``model.keras``, ``vocab.spm`` (or ``source.spm`` and
+``target.spm``), ``metrics.json``, ``test_translations.json`` and ``training/`` (checkpoint,
+logs, and what ``resume`` needs to rebuild the same model: ``state.json`` and the vocabularies).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from kformer.config import AUTO, Auto, AutoChoices, as_config, build_config, setting, to_dict
+from kformer.data.pairs import Pair
+from kformer.errors import BadInput, CorruptModel, KformerError
+from kformer.folders import MODEL_FILE, TRAINING_DIR, read_manifest, write_model_folder
+from kformer.tasks.base import (
+    AttentionMaps,
+    TaskModel,
+    TrainResult,
+    check_texts,
+    prepare_training_dir,
+    remove_unfinished,
+)
+
+if TYPE_CHECKING:
+    from kformer.training import Progress
+
+TASK = "translate"
+SHARED_VOCAB_FILE = "vocab.spm"
+SOURCE_VOCAB_FILE = "source.spm"
+TARGET_VOCAB_FILE = "target.spm"
+STATE_FILE = "state.json"
+TEST_TRANSLATIONS_FILE = "test_translations.json"
+AUTO_LENGTH_RANGE = (8, 128)  # an automatic max_length stays within these subword counts
+AUTO_WARMUP_SHARE, AUTO_WARMUP_MAX = 0.05, 1000
+
+# A path to source<TAB>target lines, or (source, target) tuples / Pairs in memory.
+PairData = str | os.PathLike | Sequence[Pair | tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class TranslateConfig:
+    """Settings of a translation run (recipe sections ``[data]``, ``[model]``, ``[training]``)."""
+
+    vocab_size: int = setting(8000, "data", "subword vocabulary size (per vocabulary)")
+    shared_vocab: bool = setting(True, "data", "one subword vocabulary for both languages")
+    max_length: int | Auto = setting(
+        AUTO, "data", "subwords per sentence; longer training pairs are skipped (auto: the 99th percentile, at most 128)"
+    )
+    holdout: int = setting(2000, "data", "test pairs held out at random when no test pairs are given (at most 10%)")
+    valid_size: int = setting(500, "data", "validation pairs held out when none are given (at most 5%)")
+    dim: int = setting(256, "model", "model width")
+    heads: int = setting(4, "model", "attention heads")
+    ff_dim: int = setting(1024, "model", "feed-forward width")
+    encoder_layers: int = setting(2, "model", "encoder blocks")
+    decoder_layers: int = setting(2, "model", "decoder blocks")
+    dropout: float = setting(0.1, "model", "dropout rate")
+    positions: Literal["learned", "sinusoidal"] = setting("learned", "model", "position embeddings")
+    tie_embeddings: bool = setting(False, "model", "reuse the target embedding as the output projection")
+    norm_first: bool = setting(False, "model", "pre-norm blocks")
+    epochs: int = setting(20, "training", "most epochs (early stopping may end sooner)")
+    batch_size: int = setting(64, "training", "sentence pairs per training step")
+    learning_rate: float = setting(1e-3, "training", "peak learning rate (after warmup)")
+    warmup_steps: int | Auto = setting(AUTO, "training", "steps of linear warmup (auto: 5% of the run, at most 1000)")
+    label_smoothing: float = setting(0.1, "training", "label smoothing (0 = off)")
+    weight_decay: float = setting(0.0, "training", "AdamW weight decay (0 = Adam)")
+    patience: int = setting(3, "training", "epochs without a better validation loss before stopping")
+    curriculum: bool = setting(False, "training", "short pairs first, longer ones added epoch by epoch")
+    curriculum_levels: int = setting(3, "training", "length levels of the curriculum")
+    beam: int = setting(1, "training", "beam width for the test scores in metrics.json (1 = greedy)")
+    max_minutes: float | None = setting(None, "training", "stop training after this many minutes, keeping the best weights")
+    seed: int = setting(0, "training", "random seed for splits, shuffling and weights")
+
+    def __post_init__(self):
+        if self.max_length == 0:  # kformer 0.1 recipes wrote 0 for "automatic"
+            object.__setattr__(self, "max_length", AUTO)
+        for name in ("vocab_size", "holdout", "valid_size", "dim", "heads", "ff_dim", "encoder_layers",
+                     "decoder_layers", "epochs", "batch_size", "curriculum_levels", "beam"):
+            _at_least(name, getattr(self, name), 1)
+        _at_least("patience", self.patience, 0)
+        if self.max_length != AUTO:
+            _at_least("max_length", self.max_length, 2, ' (or "auto")')
+        if self.warmup_steps != AUTO:
+            _at_least("warmup_steps", self.warmup_steps, 0, ' (or "auto")')
+        if self.dim % self.heads:
+            raise BadInput(f"dim {self.dim} must be a multiple of {{field}} ({self.heads})", field="heads")
+        for name in ("dropout", "label_smoothing"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise BadInput(f"{{field}} must be at least 0 and below 1, not {getattr(self, name)}", field=name)
+        for name in ("learning_rate", "max_minutes"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise BadInput(f"{{field}} must be positive, not {value}", field=name)
+
+
+def _at_least(name: str, value, least: int, alternative: str = "") -> None:
+    if value < least:
+        raise BadInput(f"{{field}} must be at least {least}{alternative}, not {value}", field=name)
+
+
+def check_decoding(beam: int, batch_size: int) -> None:
+    """Reject a ``beam`` or ``batch_size`` below 1 (before a model is loaded or run)."""
+    for name, value in (("beam", beam), ("batch_size", batch_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise BadInput(f"{{field}} must be at least 1, not {value}", field=name)
+
+
+# --- reading pairs ---------------------------------------------------------------------------------
+
+
+def read_pair_data(data: PairData, name: str = "data") -> list[Pair]:
+    """Pairs from a path (``source<TAB>target`` lines, ``.gz`` fine, more columns ignored) or from
+    ``(source, target)`` tuples / :class:`Pair` objects, NFC-normalised; errors name ``name``."""
+    from kformer.data.pairs import read_pairs
+
+    if isinstance(data, str | os.PathLike):
+        try:
+            return read_pairs(data)
+        except KformerError as exc:
+            raise BadInput(exc.message_for(), field=name) from None
+    if data is None or isinstance(data, bytes):
+        raise BadInput("{field} must be a path or a list of (source, target) pairs", field=name)
+    pairs = [_pair(item, f"{name}[{i}]", i + 1) for i, item in enumerate(data)]
+    if not pairs:
+        raise BadInput("{field} holds no sentence pairs", field=name)
+    return pairs
+
+
+def _pair(item, field: str, line: int) -> Pair:
+    from kformer.data.pairs import normalize_text
+
+    if isinstance(item, Pair):
+        sides = (item.source, item.target)
+    elif isinstance(item, Sequence) and not isinstance(item, str) and len(item) == 2:
+        sides = tuple(item)
+    else:
+        raise BadInput("{field} must be a (source, target) pair of strings", field=field)
+    if not all(isinstance(side, str) for side in sides):
+        raise BadInput("{field} must be a (source, target) pair of strings", field=field)
+    source, target = (normalize_text(side) for side in sides)
+    if not source or not target:
+        raise BadInput(f"{{field}} has an empty {'source' if not source else 'target'}", field=field)
+    return Pair(source, target, line)
+
+
+def _splits(config: TranslateConfig, train: list[Pair], valid, test):
+    """``(train, valid, test)``: given pairs as they are, missing ones held out of ``train``."""
+    from kformer.data.pairs import random_holdout
+
+    if test is None:
+        size = min(config.holdout, len(train) // 10)
+        if size < 1:
+            raise BadInput(f"the training data has only {len(train)} pairs, too few to hold out test pairs; "
+                           "pass {field} pairs or give at least 10", field="test")
+        train, test = random_holdout(train, size, seed=config.seed)
+    if valid is None:
+        size = min(config.valid_size, len(train) // 20)
+        if size < 1:
+            raise BadInput(f"the training data has only {len(train)} pairs left, too few to hold out validation "
+                           "pairs; pass {field} pairs", field="valid")
+        train, valid = random_holdout(train, size, seed=config.seed + 1)
+    return train, valid, test
+
+
+# --- vocabularies -------------------------------------------------------------------------------------
+
+
+def _vocab_files(shared: bool) -> dict[str, Any]:
+    if shared:
+        return {"shared": True, "source": SHARED_VOCAB_FILE, "target": SHARED_VOCAB_FILE}
+    return {"shared": False, "source": SOURCE_VOCAB_FILE, "target": TARGET_VOCAB_FILE}
+
+
+def _save_vocabs(folder: Path, source_vocab, target_vocab) -> dict[str, Any]:
+    """Write the vocabularies into ``folder``; returns their manifest entry."""
+    files = _vocab_files(source_vocab is target_vocab)
+    source_vocab.save(folder / files["source"])
+    if not files["shared"]:
+        target_vocab.save(folder / files["target"])
+    return files
+
+
+def _load_vocabs(folder: Path, files: dict[str, Any]):
+    """``(source, target)`` vocabularies named by a manifest entry (the same object when shared)."""
+    from kformer.text.subword import Subwords
+
+    def read(name: str):
+        try:
+            return Subwords.load(folder / name)
+        except KformerError as exc:
+            raise CorruptModel(exc.message_for(), field="model_dir") from None
+
+    source = read(files.get("source", SOURCE_VOCAB_FILE))
+    return source, source if files.get("shared") else read(files.get("target", TARGET_VOCAB_FILE))
+
+
+# --- training ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Prepared:
+    """Everything a run needs before it writes anything: settings, vocabularies, encoded pairs."""
+
+    config: TranslateConfig  # "auto" resolved
+    auto: AutoChoices
+    source_vocab: Any
+    target_vocab: Any
+    train: tuple[list[list[int]], list[list[int]]]  # subword ids (sources, targets) that fit
+    valid: tuple[list[list[int]], list[list[int]]]
+    skipped: int  # training pairs longer than max_length
+    vocab_seconds: float
+
+
+def train(
+    config: TranslateConfig | dict | None = None,
+    data: PairData | None = None,
+    out: str | os.PathLike = "runs/translate",
+    *,
+    valid: PairData | None = None,
+    test: PairData | None = None,
+    resume: bool = False,
+    progress: Progress | None = None,
+    command: Sequence[str] | None = None,
+) -> TrainResult:
+    """Learn vocabularies, train, score the test pairs and write the model folder ``out``.
+
+    Args:
+        config: a :class:`TranslateConfig`, a dict of its settings, or None for the defaults.
+        data: training pairs: a path (``source<TAB>target`` lines, ``.gz`` fine) or a list of
+            ``(source, target)`` tuples or :class:`~kformer.data.pairs.Pair` objects.
+        out: the model folder to write.
+        valid: validation pairs for early stopping (default: ``valid_size`` held out of ``data``).
+        test: pairs scored after training (default: ``holdout`` held out of ``data``). With both
+            ``valid`` and ``test`` given, any number of training pairs will do.
+        resume: continue from the last checkpoint in ``out/training``. The vocabularies and the
+            settings that shape the model come from the first run; only ``epochs`` and
+            ``max_minutes`` may change. Pass the same data.
+        progress: called with :class:`~kformer.training.ProgressEvent` while training.
+        command: recorded in ``metrics.json`` (the CLI passes its argv).
+
+    Returns:
+        :class:`TrainResult`; ``metrics`` has ``test`` (BLEU, chrF, exact match), ``splits``,
+        ``lengths``, ``train_seconds``, ``auto`` and the ``recipe``. Bad input fails before
+        anything is written; a failed fresh run leaves no folder behind.
+    """
+    started = time.monotonic()
+    config = as_config(TranslateConfig, config)
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"{{field}} {out} is a file; pass a folder to write the model into", field="out")
+    pairs = read_pair_data(data, "data")
+    given_valid = None if valid is None else read_pair_data(valid, "valid")
+    given_test = None if test is None else read_pair_data(test, "test")
+    if resume:
+        config = _resumed_config(out, config)
+    train_pairs, valid_pairs, test_pairs = _splits(config, pairs, given_valid, given_test)
+    prepared = _prepare(config, train_pairs, valid_pairs, out if resume else None)
+    created = not out.exists()
+    state_dir = prepare_training_dir(out, resume)
+    try:
+        if not resume:
+            _write_state(state_dir, prepared)
+        model, fit_result, steps = _fit(prepared, state_dir, resume, progress)
+        translator = Translator(model, prepared.source_vocab, prepared.target_vocab, out, {})
+        scores, hypotheses = translator.score(test_pairs, beam=prepared.config.beam)
+        metrics = _metrics(prepared, model, fit_result, steps, scores, time.monotonic() - started,
+                           {"train": len(train_pairs), "valid": len(valid_pairs), "test": len(test_pairs)}, command)
+        save(translator, out, to_dict(prepared.config), metrics,
+             extra_files={TEST_TRANSLATIONS_FILE: _examples(test_pairs, hypotheses)})
+    except BaseException:
+        remove_unfinished(out, created)
+        raise
+    return TrainResult(folder=out, metrics=metrics, config=prepared.config, auto=prepared.auto.to_json())
+
+
+def _read_state(out: Path) -> dict:
+    path = out / TRAINING_DIR / STATE_FILE
+    if not path.is_file():
+        raise BadInput(f"nothing to resume in {out}: no {TRAINING_DIR}/{STATE_FILE}; train without {{field}} first",
+                       field="resume")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise CorruptModel(f"{path} is corrupt; train afresh into a new folder", field="resume") from None
+
+
+def _resumed_config(out: Path, config: TranslateConfig) -> TranslateConfig:
+    """The first run's settings ("auto" already resolved), with this call's epochs and time budget."""
+    saved = build_config(TranslateConfig, _read_state(out)["settings"], sources=(f"{out}/{TRAINING_DIR}/{STATE_FILE}",))
+    return replace(saved, epochs=config.epochs, max_minutes=config.max_minutes)
+
+
+def _prepare(config: TranslateConfig, train: list[Pair], valid: list[Pair], resume_from: Path | None) -> _Prepared:
+    """Vocabularies (learned, or the first run's when resuming), "auto" resolved, pairs encoded."""
+    import numpy as np
+
+    from kformer.text.subword import learn_vocabularies
+
+    started = time.monotonic()
+    auto = AutoChoices()
+    if resume_from is not None:
+        state = _read_state(resume_from)
+        source_vocab, target_vocab = _load_vocabs(resume_from / TRAINING_DIR, state["vocab"])
+        auto.chosen.update(state.get("auto", {}))
+    else:
+        source_vocab, target_vocab = learn_vocabularies(
+            [p.source for p in train], [p.target for p in train], config.vocab_size, config.shared_vocab
+        )
+    vocab_seconds = time.monotonic() - started
+    sources = source_vocab.encode([p.source for p in train])
+    targets = target_vocab.encode([p.target for p in train])
+    p99 = [math.ceil(np.percentile([len(ids) for ids in side], 99)) for side in (sources, targets)]
+    low, high = AUTO_LENGTH_RANGE
+    config = auto.resolve(config, max_length=(
+        int(min(high, max(low, *p99))),
+        f"99th percentile of the training pairs' subword lengths (source {p99[0]}, target {p99[1]}), "
+        f"kept within {low}..{high}",
+    ))
+    kept = _fitting(sources, targets, config.max_length)
+    steps = config.epochs * math.ceil(max(len(kept[0]), 1) / config.batch_size)
+    config = auto.resolve(config, warmup_steps=(
+        int(min(AUTO_WARMUP_MAX, max(1, round(AUTO_WARMUP_SHARE * steps)))),
+        f"5% of the run's {steps} steps, at least 1, at most {AUTO_WARMUP_MAX}",
+    ))
+    valid_ids = _fitting(source_vocab.encode([p.source for p in valid]),
+                         target_vocab.encode([p.target for p in valid]), config.max_length)
+    if not kept[0] or not valid_ids[0]:
+        side = "training" if not kept[0] else "validation"
+        raise BadInput(f"no {side} pair fits {{field}} {config.max_length} subwords; raise it", field="max_length")
+    return _Prepared(config, auto, source_vocab, target_vocab, kept, valid_ids, len(sources) - len(kept[0]),
+                     vocab_seconds)
+
+
+def _fitting(sources: list[list[int]], targets: list[list[int]], max_length: int):
+    """``(sources, targets)`` of the pairs whose sides are 1..``max_length`` subwords long."""
+    kept = [(s, t) for s, t in zip(sources, targets, strict=True) if 0 < len(s) <= max_length and 0 < len(t) <= max_length]
+    return [s for s, _ in kept], [t for _, t in kept]
+
+
+def _write_state(state_dir: Path, prepared: _Prepared) -> None:
+    """What ``resume`` needs to rebuild the same model: the settings, "auto" choices, vocabularies."""
+    from kformer.artifacts import write_json_atomic
+
+    files = _save_vocabs(state_dir, prepared.source_vocab, prepared.target_vocab)
+    state = {"settings": to_dict(prepared.config), "auto": prepared.auto.to_json(), "vocab": files}
+    write_json_atomic(state_dir / STATE_FILE, state)
+
+
+def _build_model(config: TranslateConfig, source_vocab, target_vocab):
+    from kformer.models.seq2seq import Seq2SeqTransformer
+
+    # the decoder reads [START] + target and writes target + [END]: one more position
+    return Seq2SeqTransformer(
+        source_vocab.vocab_size, target_vocab.vocab_size, config.max_length, config.max_length + 1,
+        dim=config.dim, heads=config.heads, ff_dim=config.ff_dim, encoder_layers=config.encoder_layers,
+        decoder_layers=config.decoder_layers, dropout=config.dropout, positions=config.positions,
+        tie_embeddings=config.tie_embeddings, norm_first=config.norm_first,
+    )
+
+
+def _fit(prepared: _Prepared, state_dir: Path, resume: bool, progress: Progress | None):
+    """Build, compile and train; ``(model, FitResult, steps done in all runs)``."""
+    from kformer import training
+    from kformer.data.pairs import curriculum_levels
+    from kformer.models.seq2seq import compile_seq2seq
+
+    config = prepared.config
+    training.set_seed(config.seed)
+    model = _build_model(config, prepared.source_vocab, prepared.target_vocab)
+    sources, targets = prepared.train
+    steps_per_epoch = math.ceil(len(sources) / config.batch_size)
+    total_steps = config.epochs * steps_per_epoch
+    warmup = min(config.warmup_steps, total_steps // 4 or 1)
+    # constant rate in the optimizer; the callback warms up, then decays over the steps or the
+    # time budget, whichever ends first, so a run cut by max_minutes still ends at a low rate
+    compile_seq2seq(model, config.learning_rate, warmup, None, label_smoothing=config.label_smoothing,
+                    weight_decay=config.weight_decay)
+    budget = None if config.max_minutes is None else config.max_minutes * 60.0
+    schedule = training.budget_schedule(config.learning_rate, warmup, total_steps, budget)
+    done = training.last_checkpoint(state_dir) if resume else None
+    first_epoch = 0 if done is None else done[1]
+    schedule.steps = first_epoch * steps_per_epoch
+    levels = None
+    if config.curriculum:
+        levels = curriculum_levels([max(len(s), len(t)) for s, t in zip(sources, targets, strict=True)],
+                                   config.curriculum_levels)
+    limit = (config.max_length, config.max_length + 1)
+    result = training.fit(
+        model,
+        _dataset(sources, targets, config.batch_size, config.seed + first_epoch, shuffle=True, levels=levels,
+                 limits=limit, first_epoch=first_epoch),
+        _dataset(*prepared.valid, max(config.batch_size, 64), config.seed, shuffle=False, limits=limit),
+        epochs=config.epochs, out_dir=state_dir, patience=config.patience, max_minutes=config.max_minutes,
+        resume=resume, callbacks=[schedule], progress=progress,
+    )
+    return model, result, schedule.steps
+
+
+def _dataset(sources, targets, batch_size: int, seed: int, shuffle: bool, levels=None, limits=(None, None),
+             first_epoch: int = 0):
+    """A ``tf.data`` pipeline of length-bucketed teacher-forcing batches, rearranged every epoch.
+
+    Yields ``({"source": (batch, S), "target_in": (batch, T)}, target_out (batch, T))`` with
+    ``target_in = [START] + target`` and ``target_out = target + [END]``. With curriculum
+    ``levels`` (index arrays, short pairs first) epoch ``k`` draws from level ``k`` (the last
+    level from then on), cycling through it so every epoch has the same number of batches;
+    ``first_epoch`` is where a resumed run starts.
+    """
+    import itertools
+
+    import numpy as np
+    import tensorflow as tf  # input pipeline only, outside the model
+
+    from kformer.data.batching import length_bucketed_batches, pad_batch
+    from kformer.text.specials import END_ID, START_ID
+
+    rng = np.random.default_rng(seed)
+    lengths = np.array([max(len(s), len(t) + 1) for s, t in zip(sources, targets, strict=True)])
+    epoch = {"n": first_epoch}
+    steps = math.ceil(len(sources) / batch_size)
+
+    def batches():
+        subset = np.arange(len(sources)) if not levels else levels[min(epoch["n"], len(levels) - 1)]
+        epoch["n"] += 1
+        while True:
+            for batch in length_bucketed_batches(lengths[subset], batch_size, rng if shuffle else None):
+                yield subset[batch]
+
+    def generate():
+        for rows in itertools.islice(batches(), steps):
+            source = pad_batch([sources[i] for i in rows], limit=limits[0])
+            target_in = pad_batch([[START_ID, *targets[i]] for i in rows], limit=limits[1])
+            target_out = pad_batch([[*targets[i], END_ID] for i in rows], limit=limits[1])
+            yield {"source": source, "target_in": target_in}, target_out
+
+    spec = tf.TensorSpec((None, None), tf.int32)
+    dataset = tf.data.Dataset.from_generator(generate, output_signature=({"source": spec, "target_in": spec}, spec))
+    return dataset.apply(tf.data.experimental.assert_cardinality(steps)).prefetch(2)
+
+
+def _metrics(prepared: _Prepared, model, fit_result, steps: int, scores: dict, seconds: float, splits: dict,
+             command) -> dict:
+    """What ``metrics.json`` records about a run."""
+    history = fit_result.history
+    config = prepared.config
+    metrics = {
+        "test": scores,
+        "valid_loss": min(history.get("val_loss", [float("nan")])),
+        "valid_token_accuracy": max(history.get("val_accuracy", [float("nan")])),
+        "train_seconds": round(seconds, 2),
+        "vocab_seconds": round(prepared.vocab_seconds, 2),
+        "epochs_run": fit_result.epochs_run,
+        "steps": steps,
+        "best_epoch": None if fit_result.best_epoch is None else fit_result.best_epoch + 1,
+        "stopped_by_time_budget": fit_result.stopped_by_budget,
+        "splits": {**splits, "train_used": len(prepared.train[0]), "skipped_too_long": prepared.skipped},
+        "lengths": {"max_source": config.max_length, "max_target": config.max_length},
+        "vocab": {"shared": prepared.source_vocab is prepared.target_vocab,
+                  "source_size": prepared.source_vocab.vocab_size, "target_size": prepared.target_vocab.vocab_size},
+        "parameters": int(model.count_params()),
+        "auto": prepared.auto.to_json(),
+        "command": list(command or []),
+        "recipe": to_dict(config),
+    }
+    if fit_result.initial_epoch:
+        metrics["resumed_from_epoch"] = fit_result.initial_epoch
+    return metrics
+
+
+def _examples(pairs: Sequence[Pair], hypotheses: Sequence[str]) -> list[dict]:
+    return [{"source": p.source, "reference": p.target, "translation": h} for p, h in zip(pairs, hypotheses, strict=True)]
+
+
+def save(translator: Translator, out: str | os.PathLike, recipe: dict, metrics: dict,
+         extra_files: dict[str, Any] | None = None) -> Path:
+    """Write ``translator`` as a model folder, atomically: model, vocabularies, ``kformer.json``,
+    ``metrics.json`` and any ``extra_files`` (name -> JSON data)."""
+    from kformer.artifacts import write_json_atomic
+
+    vocab_files = _vocab_files(translator.source_vocab is translator.target_vocab)
+    manifest = {
+        "vocab": vocab_files,
+        "max_source_length": translator.max_source_length,
+        "max_target_length": translator.max_target_length,
+        "recipe": recipe,
+        "metrics": {k: metrics[k] for k in ("test", "valid_loss", "train_seconds", "splits") if k in metrics},
+    }
+
+    def write_files(stage: Path) -> None:
+        _save_vocabs(stage, translator.source_vocab, translator.target_vocab)
+        for name, data in (extra_files or {}).items():
+            write_json_atomic(stage / name, data)
+
+    return write_model_folder(out, TASK, translator.model, manifest, metrics, write_files=write_files)
+
+
+# --- using a trained model ------------------------------------------------------------------------
+
+
+class Translator(TaskModel):
+    """A translation model with its source and target vocabularies (the same object when shared)."""
+
+    task = TASK
+    parameters = {"beam": 1}
+
+    def __init__(self, model, source_vocab, target_vocab, folder: str | os.PathLike, manifest: dict | None = None):
+        super().__init__(Path(folder), manifest or {})
+        self.model, self.source_vocab, self.target_vocab = model, source_vocab, target_vocab
+
+    @property
+    def max_source_length(self) -> int:
+        return int(self.model.max_source_length)
+
+    @property
+    def max_target_length(self) -> int:
+        return int(self.model.max_target_length)
+
+    def metadata(self) -> dict[str, Any]:
+        return {**super().metadata(), "shared_vocab": self.source_vocab is self.target_vocab,
+                "max_source_length": self.max_source_length, "max_target_length": self.max_target_length}
+
+    def encode_sources(self, texts: Sequence[str]) -> list[list[int]]:
+        """NFC-normalised subword ids of each text, cut to the model's longest source."""
+        from kformer.data.pairs import normalize_text
+        from kformer.text.specials import UNK_ID
+
+        ids = self.source_vocab.encode([normalize_text(t) for t in texts])
+        return [seq[: self.max_source_length] or [UNK_ID] for seq in ids]
+
+    def _decode(self, sources: list[list[int]], beam: int, batch_size: int) -> list[str]:
+        """Translations of subword-id sources, in their order. Batches hold similar lengths, so
+        little time goes to padding; each is ``(batch, width)`` with ``width`` a bucket."""
+        import numpy as np
+
+        from kformer.data.batching import length_bucketed_batches, pad_batch
+        from kformer.models.generation import beam_search, greedy_decode
+
+        results = [""] * len(sources)
+        for batch in length_bucketed_batches([len(s) for s in sources], batch_size):
+            ids = pad_batch([sources[i] for i in batch], limit=self.max_source_length)
+            max_length = self._decode_length(ids)
+            if beam == 1:
+                generated = greedy_decode(self.model, ids, max_length)
+            else:
+                generated = beam_search(self.model, ids, max_length, beam_width=beam)
+            for row, text in zip(batch, self.target_vocab.decode(np.asarray(generated)), strict=True):
+                results[row] = text
+        return results
+
+    def _decode_length(self, ids) -> int:
+        """Most tokens to generate for sources ``ids (batch, width)``: a translation rarely needs
+        more than twice the source's subwords. Computed from the decode width the source is padded
+        to, so :meth:`warmup` meets every generation buffer a request can use."""
+        from kformer.models.generation import decode_widths
+
+        widths = decode_widths(self.max_source_length)
+        width = next((w for w in widths if w >= ids.shape[1]), ids.shape[1])
+        return int(min(self.max_target_length, 2 * width + 8))
+
+    def translate(self, texts: Sequence[str], *, beam: int = 1, batch_size: int = 64) -> list[str]:
+        """Translate each text (greedy when ``beam`` is 1, else beam search); blank texts give ''."""
+        texts = check_texts(texts)
+        check_decoding(beam, batch_size)
+        results = [""] * len(texts)
+        todo = [i for i, text in enumerate(texts) if text.strip()]
+        if todo:
+            decoded = self._decode(self.encode_sources([texts[i] for i in todo]), beam, batch_size)
+            for i, text in zip(todo, decoded, strict=True):
+                results[i] = text
+        return results
+
+    def score(self, pairs: Sequence[Pair], *, beam: int = 1, batch_size: int = 64) -> tuple[dict, list[str]]:
+        """BLEU, chrF, exact match, ``n``, ``beam`` and ``decode_seconds`` of the translations of
+        ``pairs``; also the translations."""
+        from kformer.metrics import translation_scores
+
+        start = time.monotonic()
+        hypotheses = self.translate([p.source for p in pairs], beam=beam, batch_size=batch_size)
+        scores = translation_scores(hypotheses, [p.target for p in pairs])
+        scores.update(beam=beam, decode_seconds=round(time.monotonic() - start, 2))
+        return scores, hypotheses
+
+    def evaluate(self, data: PairData, *, beam: int = 1, batch_size: int = 64, out: str | os.PathLike | None = None,
+                 limit: int | None = None) -> dict:
+        """Scores (as :meth:`score`) of the translations of ``data`` (a pairs file or pairs in
+        memory; the first ``limit`` only, when given). With ``out``, also writes
+        ``out/scores.json`` and ``out/translations.json`` (source, reference, translation)."""
+        from kformer.artifacts import staged_folder, write_json_atomic
+
+        check_decoding(beam, batch_size)
+        pairs = read_pair_data(data, "data")
+        if limit is not None:
+            _at_least("limit", limit, 1)
+            pairs = pairs[:limit]
+        scores, hypotheses = self.score(pairs, beam=beam, batch_size=batch_size)
+        if out is not None:
+            with staged_folder(Path(out)) as stage:
+                write_json_atomic(stage / "scores.json", scores)
+                write_json_atomic(stage / "translations.json", _examples(pairs, hypotheses))
+        return scores
+
+    def predict_instances(self, instances: list[str], parameters: dict[str, Any] | None = None) -> list[dict]:
+        """``{"translation": ...}`` per input sentence (parameters: ``beam``)."""
+        parameters = self.check_parameters(parameters)
+        instances = check_texts(instances, "instances")
+        beam = parameters["beam"]
+        if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
+            raise BadInput(f"{{field}} must be a whole number of at least 1, not {beam!r}", field="parameters.beam")
+        return [{"translation": text} for text in self.translate(instances, beam=beam)]
+
+    def attention_maps(self, text: str) -> AttentionMaps:
+        """Translate ``text`` greedily; encoder, decoder-self and cross attention of every layer and
+        head, ``(layers, heads, queries, keys)``, labelled with subword pieces."""
+        import numpy as np
+
+        from kformer.data.batching import pad_batch
+        from kformer.models.generation import greedy_decode, strip_special
+        from kformer.text.specials import START, START_ID
+
+        if not isinstance(text, str) or not text.strip():
+            raise BadInput("{field} must be a non-empty sentence", field="text")
+        source = self.encode_sources([text])
+        padded = pad_batch(source, limit=self.max_source_length)  # decoded exactly as translate() does
+        generated = greedy_decode(self.model, padded, self._decode_length(padded))[0]
+        # the decoder reads [START] + output: a translation that never ended is cut to fit
+        output = strip_special(generated)[: self.max_target_length - 1]
+        source = np.array(source, dtype="int32")
+        target_in = np.array([[START_ID, *output]], dtype="int32")
+        maps = {name: stack[0] for name, stack in self.model.attention_maps(source, target_in).items()}
+        source_pieces = self.source_vocab.pieces(source[0])
+        target_pieces = [START, *self.target_vocab.pieces(output)]
+        return AttentionMaps(
+            maps=maps,
+            rows={"encoder": source_pieces, "decoder_self": target_pieces, "cross": target_pieces},
+            cols={"encoder": source_pieces, "decoder_self": target_pieces, "cross": source_pieces},
+            output=self.target_vocab.decode([generated])[0],
+        )
+
+    def warmup(self) -> None:
+        """Decode once per decode shape (batch and width bucket), so no request waits for a compile."""
+        import numpy as np
+
+        from kformer.models.generation import decode_shapes, greedy_decode
+        from kformer.text.specials import END_ID
+
+        for batch, width in decode_shapes(self.model):
+            ids = np.full((batch, width), END_ID + 1, dtype="int32")  # any ordinary piece
+            greedy_decode(self.model, ids, self._decode_length(ids))
+
+
+def load(folder: str | os.PathLike) -> Translator:
+    """Open a translation model folder (safe mode; a clear error if it is not one). Folders
+    written before model folders had a ``format_version`` load too."""
+    import kformer.models.seq2seq  # noqa: F401  registers Seq2SeqTransformer for loading
+    from kformer.folders import load_keras_model
+
+    folder = Path(folder)
+    manifest = read_manifest(folder, task=TASK)
+    source_vocab, target_vocab = _load_vocabs(folder, manifest.get("vocab", {}))
+    model = load_keras_model(folder / manifest.get("model_file", MODEL_FILE))
+    return Translator(model, source_vocab, target_vocab, folder, manifest)
+
+
+translate = Translator.translate
+evaluate = Translator.evaluate
+attention_maps = Translator.attention_maps

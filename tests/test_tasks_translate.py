@@ -1,0 +1,163 @@
+"""The translate task from Python, no CLI: train from a TSV file and (resuming) from pairs in memory,
+kformer.load, translate, evaluate, attention maps as arrays, "auto" choices, config errors.
+
+Two tiny training runs in all (one module fixture): a tiny corpus trained, validated and tested on
+itself (as the Tamil lesson does with a level file), then resumed for one more epoch.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import number_pairs, write_tsv_pairs
+
+import kformer
+from kformer.config import build_config, make_config
+from kformer.errors import BadInput
+from kformer.metrics import translation_scores
+from kformer.tasks import translate
+from kformer.tasks.translate import TranslateConfig
+
+TINY = {"vocab_size": 300, "dim": 16, "heads": 2, "ff_dim": 32, "encoder_layers": 1, "decoder_layers": 1,
+        "dropout": 0.0, "batch_size": 8, "learning_rate": 0.01, "label_smoothing": 0.0}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, eager_decoding):
+    """A 1-epoch run from a TSV file, then the same pairs from memory resumed to 2 epochs."""
+    root = tmp_path_factory.mktemp("tasks_translate")
+    pairs = number_pairs(16, seed=1)
+    tsv = write_tsv_pairs(root / "level.tsv", pairs)
+    out = root / "model"
+    events = []
+    first = translate.train({**TINY, "epochs": 1}, tsv, out, valid=tsv, test=tsv, progress=events.append)
+    first_checkpoint = json.loads((out / "training" / "checkpoint.json").read_text(encoding="utf-8"))
+    # resumed from memory: vocab_size is a setting of the first run's and is kept
+    resumed = translate.train({**TINY, "epochs": 2, "vocab_size": 999}, pairs, out, valid=pairs, test=pairs,
+                              resume=True)
+    return {"pairs": pairs, "tsv": tsv, "out": out, "first": first, "first_checkpoint": first_checkpoint,
+            "resumed": resumed, "events": events}
+
+
+def test_train_from_a_tiny_file_writes_a_folder_with_auto_choices(runs):
+    first, out = runs["first"], runs["out"]
+    assert first.folder == out and runs["first_checkpoint"]["epochs_done"] == 1
+    assert first.metrics["splits"]["train"] == first.metrics["splits"]["test"] == 16
+    auto = json.loads((out / "metrics.json").read_text(encoding="utf-8"))["auto"]
+    assert set(auto) == {"max_length", "warmup_steps"} and all(item["why"] for item in auto.values())
+    assert first.config.max_length == auto["max_length"]["value"] >= 8  # resolved: a number, not "auto"
+    assert first.config.warmup_steps == auto["warmup_steps"]["value"] == 1  # 5% of 2 steps, at least 1
+    assert first.auto == first.metrics["auto"]
+    stages = [event.stage for event in runs["events"]]
+    assert stages[0] == "compiling" and stages[-1] == "done" and "epoch" in stages
+    manifest = json.loads((out / "kformer.json").read_text(encoding="utf-8"))
+    assert manifest["task"] == "translate" and manifest["format_version"] >= 1
+    assert manifest["max_source_length"] == first.config.max_length
+
+
+def test_resume_continues_from_the_checkpoint(runs):
+    resumed, out = runs["resumed"], runs["out"]
+    assert resumed.metrics["resumed_from_epoch"] == 1 and resumed.metrics["epochs_run"] == 1
+    assert json.loads((out / "training" / "checkpoint.json").read_text(encoding="utf-8"))["epochs_done"] == 2
+    assert resumed.config.vocab_size == 300 and resumed.auto == runs["first"].auto
+    assert resumed.metrics["steps"] == 2 * 2  # the step counter carries on (2 batches of 8 per epoch)
+    assert isinstance(resumed.load(), translate.Translator)
+
+
+def test_load_translate_evaluate(runs, tmp_path):
+    translator = kformer.load(runs["out"])
+    assert isinstance(translator, translate.Translator) and translator.task == "translate"
+    sources = [s for s, _ in runs["pairs"]]
+    translations = translator.translate(sources + ["   "], beam=1)
+    assert len(translations) == len(sources) + 1 and translations[-1] == ""
+    assert all(isinstance(t, str) for t in translations)
+    scores = translator.evaluate(runs["pairs"], out=tmp_path / "eval")
+    expected = translation_scores(translations[:-1], [t for _, t in runs["pairs"]])
+    assert scores["n"] == 16 and scores["chrf"] == pytest.approx(expected["chrf"])
+    assert scores["exact_match"] == pytest.approx(expected["exact_match"])
+    assert json.loads((tmp_path / "eval" / "scores.json").read_text(encoding="utf-8")) == scores
+    assert len(json.loads((tmp_path / "eval" / "translations.json").read_text(encoding="utf-8"))) == 16
+    # a smaller batch (another padding width) and the module alias give the same translations
+    assert translate.translate(translator, sources[:3]) == translations[:3]
+    assert translator.predict_instances(sources[:3]) == [{"translation": t} for t in translations[:3]]
+    assert translator.evaluate(runs["tsv"], limit=3)["n"] == 3
+
+
+def test_warmup_decodes_every_decode_shape(runs, monkeypatch):
+    from kformer.models import generation
+
+    translator = translate.load(runs["out"])
+    seen = []
+    monkeypatch.setattr(generation, "greedy_decode", lambda model, ids, max_length: seen.append(ids.shape))
+    translator.warmup()
+    assert sorted(seen) == sorted(generation.decode_shapes(translator.model))
+
+
+def test_attention_maps_are_arrays_labelled_with_pieces(runs):
+    translator = translate.load(runs["out"])
+    maps = translator.attention_maps("three one")
+    source = translator.encode_sources(["three one"])[0]
+    layers, heads = 1, 2
+    assert maps.maps["encoder"].shape == (layers, heads, len(source), len(source))
+    target = len(maps.rows["decoder_self"])  # [START] + the translation's pieces
+    assert maps.rows["decoder_self"][0] == "[START]" and maps.cols["cross"] == maps.rows["encoder"]
+    assert maps.maps["decoder_self"].shape == (layers, heads, target, target)
+    assert maps.maps["cross"].shape == (layers, heads, target, len(source))
+    for stack in maps.maps.values():
+        np.testing.assert_allclose(stack.sum(axis=-1), 1.0, atol=1e-4)
+    assert maps.output == translator.translate(["three one"])[0]
+    assert json.loads(json.dumps(maps.to_json()))["maps"]["cross"]["rows"] == maps.rows["cross"]
+
+
+def test_bad_requests_name_the_argument(runs):
+    translator = translate.load(runs["out"])
+    for call, field in [
+        (lambda: translator.translate(["one"], beam=0), "beam"),
+        (lambda: translator.translate("one"), "texts"),
+        (lambda: translator.translate(["one"], batch_size=0), "batch_size"),
+        (lambda: translator.attention_maps("  "), "text"),
+        (lambda: translator.predict_instances(["one"], {"beam": 0}), "parameters.beam"),
+        (lambda: translator.predict_instances(["one"], {"top_k": 3}), "parameters.top_k"),
+        (lambda: translator.evaluate([("one", "")]), "data[0]"),
+    ]:
+        with pytest.raises(BadInput) as raised:
+            call()
+        assert raised.value.field == field
+
+
+def test_config_errors_name_the_setting():
+    with pytest.raises(BadInput) as raised:
+        build_config(TranslateConfig, {"dimension": 32})
+    assert raised.value.field == "dimension" and "unknown setting" in str(raised.value)
+    with pytest.raises(BadInput) as raised:
+        build_config(TranslateConfig, {"dim": "big"})
+    assert raised.value.field == "dim" and "whole number" in str(raised.value)
+    for settings, field in [({"dim": 30}, "heads"), ({"max_length": 1}, "max_length"), ({"beam": 0}, "beam"),
+                            ({"positions": "rotary"}, "positions"), ({"warmup_steps": "soon"}, "warmup_steps")]:
+        with pytest.raises(BadInput) as raised:
+            build_config(TranslateConfig, settings)
+        assert raised.value.field == field, settings
+    assert build_config(TranslateConfig, {"max_length": 0}).max_length == "auto"  # kformer 0.1's "automatic"
+
+
+@pytest.mark.parametrize("name", ["en-es", "en-ta"])
+def test_shipped_recipes_load(name):
+    config = make_config(TranslateConfig, "translate", name, {"epochs": 1})
+    assert config.epochs == 1 and config.tie_embeddings and config.norm_first
+
+
+def test_bad_data_fails_before_anything_is_written(tmp_path):
+    out = tmp_path / "out"
+    cases = [
+        (dict(data=[("one", "ஒன்று"), ("two",)]), "data[1]"),
+        (dict(data=[("one", "ஒன்று")] * 5), "test"),  # too few to hold out test pairs
+        (dict(data=tmp_path / "missing.tsv"), "data"),
+        (dict(data=[("one", "ஒன்று")], valid=[("one", "ஒன்று")], test=[("one", "ஒன்று")], resume=True), "resume"),
+    ]
+    for arguments, field in cases:
+        with pytest.raises(BadInput) as raised:
+            translate.train(TINY, out=out, **arguments)
+        assert raised.value.field == field, arguments
+        assert not out.exists()
