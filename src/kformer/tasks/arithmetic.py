@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kformer.config import setting, to_dict
+from kformer.config import as_config, setting, to_dict
 from kformer.errors import BadInput
 from kformer.folders import read_manifest, write_model_folder
 from kformer.tasks.base import (
@@ -130,7 +130,7 @@ def train(
     if data is not None:
         raise BadInput("arithmetic trains on problems it generates; pass data=None (and test= to score your own)",
                        field="data")
-    config = _as_config(config)
+    config = as_config(ArithmeticConfig, config)
     out = Path(out)
     test_rows = _read_rows(test) if test is not None else None  # bad input fails before any writing
     created = not out.exists()
@@ -163,16 +163,6 @@ def train(
         remove_unfinished(out, created)
         raise
     return TrainResult(folder=out, metrics=metrics, config=config)
-
-
-def _as_config(config) -> ArithmeticConfig:
-    from kformer.config import build_config
-
-    if isinstance(config, ArithmeticConfig):
-        return config
-    if config is None or isinstance(config, dict):
-        return build_config(ArithmeticConfig, config or {})
-    raise BadInput(f"{{field}} must be an ArithmeticConfig or a dict, not {type(config).__name__}", field="config")
 
 
 def _resumed_config(state_dir: Path, config: ArithmeticConfig) -> ArithmeticConfig:

@@ -44,7 +44,16 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
-from kformer.config import AUTO, Auto, AutoChoices, build_config, coerce, setting, to_dict
+from kformer.config import (
+    AUTO,
+    Auto,
+    AutoChoices,
+    as_config,
+    build_config,
+    coerce,
+    setting,
+    to_dict,
+)
 from kformer.data.readers import LabelledTexts
 from kformer.errors import BadInput, CorruptModel, Unsupported
 from kformer.folders import MODEL_FILE
@@ -133,15 +142,6 @@ class ClassifyConfig:
     def scratch(self) -> bool:
         """True when the network is learned from nothing (and so is its vocabulary)."""
         return self.backbone in SCRATCH_BACKBONES
-
-
-def as_config(config: ClassifyConfig | dict[str, Any] | None) -> ClassifyConfig:
-    """A ClassifyConfig from one, a dict of settings (flat or ``section.name`` keys), or None."""
-    if isinstance(config, ClassifyConfig):
-        return config
-    if config is not None and not isinstance(config, dict):
-        raise BadInput(f"{{field}} must be a ClassifyConfig or a dict of settings, not {type(config).__name__}", field="config")
-    return build_config(ClassifyConfig, config)
 
 
 def _resolve_auto(config: ClassifyConfig) -> tuple[ClassifyConfig, dict[str, dict[str, Any]]]:
@@ -457,7 +457,7 @@ def train(config: ClassifyConfig | dict[str, Any] | None = None, data: Data | No
     ``command`` is recorded in ``metrics.json``. Bad input fails before anything is written, and
     a failed fresh run leaves no folder behind.
     """
-    config = as_config(config)
+    config = as_config(ClassifyConfig, config)
     if out is None:
         raise BadInput("{field} is required: the model folder to write", field="out")
     out = Path(out)
