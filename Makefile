@@ -30,7 +30,7 @@ browser:
 test: $(STAMP) browser  ## lint, the whole suite (TensorFlow), then the layer tests under JAX
 	$(BIN)/ruff check src tests bench
 	$(BIN)/python -m pytest
-	KERAS_BACKEND=jax $(BIN)/python -m pytest tests/test_layers.py
+	KERAS_BACKEND=jax $(BIN)/python -m pytest tests/layers
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
