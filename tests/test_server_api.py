@@ -260,6 +260,51 @@ def test_full_queue_is_503_and_late_answers_are_504_and_skipped():
     run(body())
 
 
+def test_a_client_that_disconnects_is_skipped():
+    gate = threading.Event()
+
+    class Blocking(FakeClassifier):
+        def predict_instances(self, instances, parameters=None):
+            if instances[0] == "block":
+                gate.wait(10)
+            return super().predict_instances(instances, parameters)
+
+    model = Blocking()
+
+    async def gone_client(app):
+        """A raw ASGI request whose client hangs up right after sending its body."""
+        messages = [{"type": "http.request", "body": b'{"instances": ["gone"]}', "more_body": False}]
+        sent = []
+
+        async def receive():
+            if messages:
+                return messages.pop(0)
+            await asyncio.sleep(0.1)
+            return {"type": "http.disconnect"}
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+                 "path": "/v1/models/m:predict", "raw_path": b"/v1/models/m:predict", "query_string": b"",
+                 "headers": [(b"content-type", b"application/json")], "client": ("127.0.0.1", 1),
+                 "server": ("127.0.0.1", 80), "root_path": ""}
+        await app(scope, receive, send)
+        return sent[0]["status"]
+
+    async def body():
+        async with serving({"m": model}, ServeConfig(batching=False)) as (client, app):
+            first = asyncio.create_task(client.post("/v1/models/m:predict", json={"instances": ["block"]}))
+            await asyncio.sleep(0.1)
+            assert await gone_client(app) == 499
+            gate.set()
+            assert (await first).status_code == 200
+            assert (await client.post("/v1/models/m:predict", json={"instances": ["after"]})).status_code == 200
+            assert model.batches == [["block"], ["after"]]  # "gone" was never computed
+
+    run(body())
+
+
 def test_api_key_guards_everything_but_health_and_the_page(monkeypatch):
     monkeypatch.setenv("KFORMER_TEST_KEY", "s3cret")
     config = ServeConfig(api_key_env="KFORMER_TEST_KEY")

@@ -123,6 +123,13 @@ class MetricsMiddleware:
             self.service.metrics.observe_request(model, getattr(route, "path", "unmatched"), status, started)
 
 
+async def disconnected(request: Request) -> None:
+    """Returns when the client has gone (after the body was read, the next ASGI message is the
+    disconnect; servers send it once the response is complete, or when the connection drops)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 def json_response(body: dict) -> Response:
     """JSON straight from ``json.dumps`` (model outputs are plain JSON already; FastAPI's encoder
     would walk every value again)."""
@@ -203,7 +210,7 @@ def _model_routes(service: Service) -> APIRouter:
             data = parse_json(await read_body(request, config.max_body_bytes))
             instances = check_instances(data, config.max_instances, config.max_chars)
             pending = service.submit_predict(name, instances, check_parameters(data))
-        predictions, version = await service.answer(pending)
+        predictions, version = await service.answer(pending, disconnected(request))
         return json_response({"model": name, "version": version, "predictions": predictions})
 
     @router.post("/v1/models/{name}:explain", openapi_extra=EXPLAIN_BODY)
@@ -216,7 +223,7 @@ def _model_routes(service: Service) -> APIRouter:
             if check_parameters(data):
                 raise BadInput("explain takes no parameters", field="parameters")
             pending = service.submit_explain(name, instances[0])
-        (maps,), version = await service.answer(pending)
+        (maps,), version = await service.answer(pending, disconnected(request))
         return json_response({"model": name, "version": version, **maps})
 
     @router.post("/v1/models/{name}:reload")

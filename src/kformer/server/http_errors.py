@@ -39,6 +39,14 @@ class GatewayTimeout(KformerError):
     http_status = 504
 
 
+class ClientGone(KformerError):
+    """The client disconnected before its answer was ready (499, nginx's "client closed request";
+    nobody reads it, but the metrics count it)."""
+
+    exit_code = 75
+    http_status = 499
+
+
 class InternalError(KformerError):
     """A bug on the server's side (HTTP 500); the details go to the log, not the client."""
 

@@ -11,14 +11,14 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 from kformer.errors import KformerError, Overloaded
 from kformer.server.batching import EXPLAIN, PREDICT, InferenceWorker, Job
 from kformer.server.config import ServeConfig
-from kformer.server.http_errors import GatewayTimeout, InternalError
+from kformer.server.http_errors import ClientGone, GatewayTimeout, InternalError
 from kformer.server.metrics import ServiceMetrics
 from kformer.server.registry import Loader, ModelRegistry, Served
 
@@ -117,19 +117,32 @@ class Service:
         job = Job(name, kind, instances, parameters, deadline=time.monotonic() + self.config.timeout_s)
         return asyncio.wrap_future(self.worker.submit(job))
 
-    async def answer(self, future: asyncio.Future) -> tuple[list, str]:
-        """The results of a queued job and the model version that made them; 504 past ``timeout_s``
-        (the job is then cancelled, so the inference thread skips it if it has not started)."""
+    async def answer(self, future: asyncio.Future, gone: Awaitable | None = None) -> tuple[list, str]:
+        """The results of a queued job and the model version that made them.
+
+        Past ``timeout_s`` the answer is 504; if ``gone`` (an awaitable that ends when the client
+        disconnects) ends first, 499. Either way the job is cancelled, so the inference thread
+        skips it if it has not started.
+        """
         timeout = self.config.timeout_s
+        watcher = asyncio.ensure_future(gone) if gone is not None else None
         try:
-            return await asyncio.wait_for(future, timeout)
-        except TimeoutError:
-            raise GatewayTimeout(f"the model did not answer within {timeout:g} s (timeout_s); retry later", field=None) from None
+            done, _ = await asyncio.wait({future} | ({watcher} if watcher else set()), timeout=timeout,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if future not in done:
+                future.cancel()
+                if watcher is not None and watcher in done:
+                    raise ClientGone("the client closed the connection before the answer was ready", field=None)
+                raise GatewayTimeout(f"the model did not answer within {timeout:g} s (timeout_s); retry later", field=None)
+            return future.result()
         except KformerError:
             raise
         except Exception as exc:
             log.error("inference failed: %s: %s", type(exc).__name__, exc)
             raise InternalError(f"the model failed ({type(exc).__name__}); the server log has the details") from None
+        finally:
+            if watcher is not None:
+                watcher.cancel()
 
     async def reload(self, name: str) -> tuple[Served, Served | None]:
         """Reload ``name`` from its folder on a loader thread; requests keep flowing meanwhile."""
