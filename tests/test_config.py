@@ -53,6 +53,10 @@ def test_sectioned_and_flat_recipes_load_the_same(tmp_path):
         load_recipe(other, Toy, "toy")
     with pytest.raises(BadInput, match="unknown recipe 'nope'; available: .*arithmetic"):
         load_recipe("nope", Toy, "toy")
+    broken = tmp_path / "broken.toml"
+    broken.write_text("dim = = 3\n")
+    with pytest.raises(BadInput, match="not valid TOML"):
+        load_recipe(broken, Toy, "toy")
 
 
 def test_every_shipped_recipe_is_sectioned_and_loads_for_its_task():

@@ -1,4 +1,4 @@
-"""kformer.training: recipes, the warmup/decay schedule, time budget, atomic checkpoints, resume."""
+"""kformer.training: the warmup/decay schedule, time budget, atomic checkpoints, resume."""
 
 from __future__ import annotations
 
@@ -9,15 +9,12 @@ import keras
 import numpy as np
 import pytest
 
-from kformer.errors import KformerError
 from kformer.training import (
     CHECKPOINT_NAME,
     TimeBudget,
     WarmupDecay,
-    available_recipes,
     fit,
     last_checkpoint,
-    load_recipe,
     set_seed,
 )
 
@@ -60,20 +57,6 @@ def test_warmup_decay_floor_and_serialization():
     assert float(restored(5)) == pytest.approx(float(schedule(5)))
 
 
-def test_load_recipe_by_name_path_and_errors(tmp_path):
-    custom = tmp_path / "mine.toml"
-    custom.write_text('epochs = 3\n[model]\ndim = 16\n', encoding="utf-8")
-    assert load_recipe(custom) == {"epochs": 3, "model": {"dim": 16}}
-    for name in available_recipes():
-        assert isinstance(load_recipe(name), dict)
-    with pytest.raises(KformerError, match="unknown recipe 'nope'; available:"):
-        load_recipe("nope")
-    broken = tmp_path / "broken.toml"
-    broken.write_text("epochs = = 3\n", encoding="utf-8")
-    with pytest.raises(KformerError, match="not valid TOML"):
-        load_recipe(broken)
-
-
 class _Slow(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         time.sleep(0.02)
@@ -84,7 +67,7 @@ def test_time_budget_stops_training(tmp_path):
     x, y = _data()
     model = _tiny_model()
     result = fit(model, (x, y), None, epochs=500, out_dir=tmp_path, patience=None, max_minutes=0.3 / 60,
-                 verbose=0, callbacks=[_Slow()])
+                 callbacks=[_Slow()])
     # Fits would take 500 epochs * 2 batches * 20 ms = 20 s without the budget.
     assert result.stopped_by_budget
     assert result.epochs_run < 50
@@ -95,7 +78,7 @@ def test_time_budget_not_fired_without_limit():
     budget = TimeBudget(None)
     model = _tiny_model()
     x, y = _data()
-    model.fit(x, y, epochs=1, verbose=0, callbacks=[budget])
+    model.fit(x, y, epochs=1, callbacks=[budget])
     assert not budget.fired
 
 
@@ -103,7 +86,7 @@ def test_checkpoint_atomic_and_resume_continues(tmp_path):
     set_seed(1)
     x, y = _data()
     model = _tiny_model()
-    first = fit(model, (x[:48], y[:48]), (x[48:], y[48:]), epochs=2, out_dir=tmp_path, patience=None, verbose=0)
+    first = fit(model, (x[:48], y[:48]), (x[48:], y[48:]), epochs=2, out_dir=tmp_path, patience=None)
     assert first.epochs_run == 2 and not first.stopped_by_budget
     path, done = last_checkpoint(tmp_path)
     assert path.name == CHECKPOINT_NAME and done == 2
@@ -114,7 +97,7 @@ def test_checkpoint_atomic_and_resume_continues(tmp_path):
 
     resumed = _tiny_model()
     second = fit(resumed, (x[:48], y[:48]), (x[48:], y[48:]), epochs=3, out_dir=tmp_path, patience=None,
-                 resume=True, verbose=0)
+                 resume=True)
     assert second.initial_epoch == 2 and second.epochs_run == 1
     assert int(resumed.optimizer.iterations) == 3 * steps_per_epoch
     assert last_checkpoint(tmp_path)[1] == 3
@@ -123,7 +106,7 @@ def test_checkpoint_atomic_and_resume_continues(tmp_path):
 def test_failed_checkpoint_keeps_previous(tmp_path, monkeypatch):
     x, y = _data()
     model = _tiny_model()
-    fit(model, (x, y), None, epochs=1, out_dir=tmp_path, patience=None, verbose=0)
+    fit(model, (x, y), None, epochs=1, out_dir=tmp_path, patience=None)
     before = (tmp_path / CHECKPOINT_NAME).read_bytes()
 
     def broken_save(*args, **kwargs):
@@ -131,14 +114,14 @@ def test_failed_checkpoint_keeps_previous(tmp_path, monkeypatch):
 
     monkeypatch.setattr(keras.Model, "save", broken_save)
     with pytest.raises(OSError):
-        fit(model, (x, y), None, epochs=2, out_dir=tmp_path, patience=None, verbose=0)
+        fit(model, (x, y), None, epochs=2, out_dir=tmp_path, patience=None)
     assert (tmp_path / CHECKPOINT_NAME).read_bytes() == before
     assert last_checkpoint(tmp_path)[1] == 1
     assert not [p.name for p in tmp_path.iterdir() if ".tmp" in p.name]
 
 
 def test_bucketed_batches_cover_every_row_with_short_widths():
-    from kformer.training import BucketedBatches
+    from kformer.data.batching import BucketedBatches
 
     rng = np.random.default_rng(0)
     lengths = rng.integers(1, 65, size=100)

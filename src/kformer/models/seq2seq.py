@@ -69,25 +69,30 @@ class Seq2SeqTransformer(keras.Model):
         self.tie_embeddings = bool(tie_embeddings)
         self.norm_first = bool(norm_first)
 
-        block_args = dict(dim=self.dim, heads=self.heads, ff_dim=self.ff_dim, dropout=self.dropout, norm_first=self.norm_first)
+        dtype = self.dtype_policy  # every sub-layer computes in the model's policy (e.g. mixed_bfloat16)
+        block_args = dict(dim=self.dim, heads=self.heads, ff_dim=self.ff_dim, dropout=self.dropout,
+                          norm_first=self.norm_first, dtype=dtype)
         self.source_embedding = TokenAndPositionEmbedding(
-            self.source_vocab_size, self.max_source_length, self.dim, positions=positions, name="source_embedding"
+            self.source_vocab_size, self.max_source_length, self.dim, positions=positions, dtype=dtype,
+            name="source_embedding",
         )
         self.target_embedding = TokenAndPositionEmbedding(
-            self.target_vocab_size, self.max_target_length, self.dim, positions=positions, name="target_embedding"
+            self.target_vocab_size, self.max_target_length, self.dim, positions=positions, dtype=dtype,
+            name="target_embedding",
         )
-        self.embedding_dropout = keras.layers.Dropout(self.dropout, name="embedding_dropout")
+        self.embedding_dropout = keras.layers.Dropout(self.dropout, dtype=dtype, name="embedding_dropout")
         self.encoder_blocks = [EncoderBlock(**block_args, name=f"encoder_{i}") for i in range(self.encoder_layers)]
         self.decoder_blocks = [DecoderBlock(**block_args, name=f"decoder_{i}") for i in range(self.decoder_layers)]
         if self.norm_first:
-            self.encoder_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="encoder_norm")
-            self.decoder_norm = keras.layers.LayerNormalization(epsilon=1e-5, name="decoder_norm")
+            self.encoder_norm = keras.layers.LayerNormalization(epsilon=1e-5, dtype=dtype, name="encoder_norm")
+            self.decoder_norm = keras.layers.LayerNormalization(epsilon=1e-5, dtype=dtype, name="decoder_norm")
         else:
             self.encoder_norm = self.decoder_norm = None
         if self.tie_embeddings:
             self.output_projection = None
         else:
-            self.output_projection = keras.layers.Dense(self.target_vocab_size, name="output_projection")
+            # logits in float32 even under mixed precision: the softmax and loss need the range
+            self.output_projection = keras.layers.Dense(self.target_vocab_size, dtype="float32", name="output_projection")
         # Built at once (like KerasHub backbones): weights exist before the first call or a save.
         self.build()
 
@@ -137,8 +142,8 @@ class Seq2SeqTransformer(keras.Model):
             x = self.decoder_norm(x)
         if self.output_projection is not None:
             return self.output_projection(x)
-        table = self.target_embedding.token_embedding.embeddings
-        return ops.matmul(x, ops.transpose(ops.cast(table, x.dtype))) + ops.cast(self.output_bias, x.dtype)
+        table = self.target_embedding.token_embedding.embeddings  # float32 logits, as the Dense above
+        return ops.matmul(ops.cast(x, "float32"), ops.transpose(ops.cast(table, "float32"))) + self.output_bias
 
     # --- incremental decoding -------------------------------------------------------------
 
