@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+from kformer.cli.progress import add_log_flags, progress_for
 from kformer.errors import BadInput
 
 DEFAULT_RECIPE = "arithmetic"
@@ -32,7 +33,7 @@ def register(commands, train_tasks) -> None:
         "--recipe", default=DEFAULT_RECIPE, metavar="NAME|PATH",
         help=f"settings: a shipped recipe name or a TOML file (default {DEFAULT_RECIPE})",
     )
-    train.add_argument("--quiet", action="store_true", help="print only the result, no progress")
+    add_log_flags(train)
     train.add_argument("--out", required=True, metavar="DIR", help="model folder to write")
     train.add_argument("--digits", type=int, default=None, metavar="N", help="digits per operand (default 4)")
     train.add_argument("--ops", default=None, metavar="OPS", help="operators to use, from '+-' (default '+-')")
@@ -53,14 +54,8 @@ def register(commands, train_tasks) -> None:
     demo.add_argument("--minutes", type=float, default=2.0, metavar="M", help="training time (default 2)")
     demo.add_argument("--out", default="runs/demo", metavar="DIR", help="where to put the model and pictures (default runs/demo)")
     demo.add_argument("--seed", type=int, default=0, metavar="N", help="random seed (default 0)")
-    demo.add_argument("--quiet", action="store_true", help="print only the results, no progress")
+    add_log_flags(demo)
     demo.set_defaults(handler=_demo)
-
-
-def _progress(args):
-    from kformer.cli.progress import progress_printer
-
-    return None if args.quiet else progress_printer()
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -70,7 +65,7 @@ def _train(args: argparse.Namespace) -> int:
     overrides = {name: getattr(args, name) for name in (
         "digits", "ops", "epochs", "steps_per_epoch", "batch_size", "held_out_size", "max_minutes", "seed")}
     config = make_config(arithmetic.ArithmeticConfig, "arithmetic", args.recipe, overrides)
-    result = arithmetic.train(config, None, args.out, resume=args.resume, progress=_progress(args),
+    result = arithmetic.train(config, None, args.out, resume=args.resume, progress=progress_for(args),
                               command=["kformer", *sys.argv[1:]])
     _print_metrics(result.metrics)
     print(f"model folder: {args.out}")
@@ -89,7 +84,7 @@ def _demo(args: argparse.Namespace) -> int:
     out = Path(args.out)
     print(f"kformer demo: teaching a Transformer {config.digits}-digit addition and subtraction "
           f"for {args.minutes:g} minute{'' if args.minutes == 1 else 's'} on this machine ...")
-    result = arithmetic.train(config, None, out, progress=_progress(args), command=["kformer", *sys.argv[1:]])
+    result = arithmetic.train(config, None, out, progress=progress_for(args), command=["kformer", *sys.argv[1:]])
     _print_metrics(result.metrics)
     model = arithmetic.load(out)
     examples = [(1234, "+", 4567), (9999, "+", 1), (2026, "-", 4011), (5, "-", 5), (8713, "-", 299)]

@@ -4,33 +4,50 @@ The task API reports :class:`~kformer.training.ProgressEvent` objects; :func:`pr
 turns them into output. In a terminal a tqdm bar runs over the whole run (steps or time budget)
 with the latest loss and accuracy, and each epoch's metrics are written above it. When the
 output is a file or a pipe, nothing is redrawn: one line per epoch (at most about one per 10 %
-of the run), so ``kformer train ... > log`` stays readable.
+of the run), so ``kformer train ... > log`` stays readable. ``log_format="json"`` prints one JSON
+object per epoch instead, for machines. (Every run also keeps ``training/train.log``.)
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import TextIO
 
+LOG_FORMATS = ("text", "json")
 SHOWN = ("loss", "accuracy", "val_loss", "val_accuracy")
 
 
-def format_event(event) -> str:
-    """``epoch 3/10  loss 0.4123  accuracy 0.8812  val_loss ...  12 s  ~40 s left``."""
-    parts = [f"epoch {event.epoch}" + (f"/{event.epochs}" if event.epochs and event.epochs < 10**6 else "")]
-    parts += [f"{name} {event.logs[name]:.4f}" for name in SHOWN if name in event.logs]
-    parts.append(f"{event.seconds:.0f} s")
-    if event.seconds_left is not None and event.stage != "done":
-        parts.append(f"~{event.seconds_left:.0f} s left")
-    return "  ".join(parts)
+def add_log_flags(parser) -> None:
+    """``--quiet`` and ``--log-format`` for a command that trains."""
+    parser.add_argument("--quiet", action="store_true", help="print only the result, no progress")
+    parser.add_argument("--log-format", choices=LOG_FORMATS, default="text",
+                        help="progress as text (a bar in a terminal, one line per epoch otherwise) "
+                        "or one JSON object per epoch (default text)")
 
 
-def progress_printer(stream: TextIO | None = None, interactive: bool | None = None):
+def progress_for(args):
+    """The progress callback a training command's ``--quiet`` / ``--log-format`` ask for."""
+    return None if args.quiet else progress_printer(log_format=args.log_format)
+
+
+def progress_printer(stream: TextIO | None = None, interactive: bool | None = None, log_format: str = "text"):
     """A ``progress`` callback for the task API that writes to ``stream`` (default stdout)."""
     stream = stream or sys.stdout
+    if log_format == "json":
+        return _Json(stream)
     if interactive is None:
         interactive = hasattr(stream, "isatty") and stream.isatty()
     return _Bar(stream) if interactive else _Lines(stream)
+
+
+class _Json:
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+
+    def __call__(self, event) -> None:
+        if event.stage in ("epoch", "done"):
+            print(json.dumps(event.to_json()), file=self.stream, flush=True)
 
 
 class _Lines:
@@ -40,9 +57,9 @@ class _Lines:
     def __call__(self, event) -> None:
         if event.stage == "compiling":
             print("training started (the first step compiles the model)", file=self.stream, flush=True)
-        elif event.stage == "epoch" and (event.fraction - self.last_fraction >= 0.1 or event.fraction >= 1.0):
+        elif event.stage == "epoch" and (event.fraction - self.last_fraction >= 0.1 - 1e-9 or event.fraction >= 1.0):
             self.last_fraction = event.fraction
-            print(format_event(event), file=self.stream, flush=True)
+            print(event.line(), file=self.stream, flush=True)
 
 
 class _Bar:
@@ -58,7 +75,7 @@ class _Bar:
             self.bar = tqdm(total=self.TOTAL, desc="compiling", file=self.stream, dynamic_ncols=True,
                             bar_format="{desc} {percentage:3.0f}%|{bar}| {elapsed}<{remaining} {postfix}")
         if event.stage == "epoch":
-            self.bar.write(format_event(event), file=self.stream)
+            self.bar.write(event.line(), file=self.stream)
         elif event.stage == "training":
             self.bar.set_description("training")
             shown = {k: f"{v:.4f}" for k, v in event.logs.items() if k in SHOWN}

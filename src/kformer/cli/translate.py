@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from kformer.cli.progress import add_log_flags, progress_for
 from kformer.errors import BadInput
 
 # flags of `train translate` that override a setting of the same name
@@ -46,7 +47,7 @@ def register(commands, train_tasks) -> None:
     train.add_argument("--resume", action="store_true",
                        help="continue from the last checkpoint in --out (same data; the vocabularies and model "
                        "settings of the first run are kept, --epochs and --max-minutes may change)")
-    train.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_log_flags(train)
     train.set_defaults(handler=train_command)
 
     translate = commands.add_parser(
@@ -68,7 +69,6 @@ def default_out(data: str) -> Path:
 
 
 def train_command(args: argparse.Namespace) -> int:
-    from kformer.cli.progress import progress_printer
     from kformer.config import make_config
     from kformer.tasks import translate
 
@@ -76,7 +76,7 @@ def train_command(args: argparse.Namespace) -> int:
                          {name: getattr(args, name) for name in SETTING_FLAGS})
     out = Path(args.out) if args.out else default_out(args.data)
     result = translate.train(config, args.data, out, valid=args.valid, test=args.test, resume=args.resume,
-                             progress=None if args.quiet else progress_printer(),
+                             progress=progress_for(args),
                              command=["kformer", *sys.argv[1:]])
     metrics, test = result.metrics, result.metrics["test"]
     budget = " (stopped by --max-minutes)" if metrics["stopped_by_time_budget"] else ""
