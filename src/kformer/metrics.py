@@ -131,10 +131,12 @@ def translation_scores(hypotheses, references) -> dict:
 # Labels are the user's strings; scikit-learn does the arithmetic so the numbers match its docs.
 
 
-def classification_scores(y_true, y_pred, labels=None) -> dict:
+def classification_scores(y_true, y_pred, labels=None, sample_weight=None) -> dict:
     """Accuracy, macro-F1, per-class precision/recall/F1/support and the confusion matrix.
 
     ``y_true``/``y_pred`` are label strings; ``labels`` fixes the order (default: sorted union).
+    ``sample_weight`` counts each row that many times (so pairs of labels with their counts can
+    stand for any number of rows).
     Returns ``{"accuracy", "macro_f1", "n", "labels", "per_class": {label: {...}}, "confusion": [[...]]}``
     where ``confusion[i][j]`` counts true ``labels[i]`` predicted as ``labels[j]``.
     """
@@ -154,17 +156,19 @@ def classification_scores(y_true, y_pred, labels=None) -> dict:
     if not y_true:
         return {"accuracy": 0.0, "macro_f1": 0.0, "n": 0, "labels": labels, "per_class": {}, "confusion": []}
     present = [label for label in labels if label in set(y_true)]
-    precision, recall, f1, support = precision_recall_fscore_support(y_true, y_pred, labels=labels, zero_division=0)
+    weights = {"sample_weight": sample_weight}
+    precision, recall, f1, support = precision_recall_fscore_support(y_true, y_pred, labels=labels, zero_division=0,
+                                                                     **weights)
     return {
-        "accuracy": float(accuracy_score(y_true, y_pred)),
-        "macro_f1": float(f1_score(y_true, y_pred, labels=present, average="macro", zero_division=0)),
-        "n": len(y_true),
+        "accuracy": float(accuracy_score(y_true, y_pred, **weights)),
+        "macro_f1": float(f1_score(y_true, y_pred, labels=present, average="macro", zero_division=0, **weights)),
+        "n": len(y_true) if sample_weight is None else int(round(sum(sample_weight))),
         "labels": labels,
         "per_class": {
             label: {"precision": float(p), "recall": float(r), "f1": float(f), "support": int(s)}
             for label, p, r, f, s in zip(labels, precision, recall, f1, support, strict=True)
         },
-        "confusion": confusion_matrix(y_true, y_pred, labels=labels).tolist(),
+        "confusion": confusion_matrix(y_true, y_pred, labels=labels, **weights).astype(int).tolist(),
     }
 
 

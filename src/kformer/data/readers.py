@@ -1,6 +1,7 @@
 """Reading labelled texts: CSV, TSV, JSONL (each optionally ``.gz``) and ``pos/``/``neg/`` folders.
 
-Labels stay the strings the user wrote. Every problem (undecodable bytes, a missing column,
+Labels stay the strings the user wrote. :func:`iter_labelled` and :func:`iter_texts` stream a
+file of any size in chunks of rows; :func:`read_labelled` and :func:`read_unlabelled` collect them. Every problem (undecodable bytes, a missing column,
 no usable rows) is a one-line :class:`~kformer.errors.KformerError` that says what to fix.
 """
 
@@ -11,6 +12,7 @@ import io
 import json
 import os
 import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from kformer.errors import KformerError
 
 TABLE_SUFFIXES = {".csv": ",", ".tsv": "\t"}
 JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
+CHUNK_ROWS = 4096  # rows per chunk of the streaming readers (iter_labelled, iter_texts)
 
 
 @dataclass
@@ -50,39 +53,75 @@ def _format(path: Path) -> str:
     raise KformerError(f"{path}: unknown file type '{last or path.name}'; use .csv, .tsv, .jsonl (optionally .gz) or a folder")
 
 
-def _read_table(path: Path, sep: str) -> list[dict[str, str]]:
+class _TextStream(io.TextIOBase):
+    """A read-only text stream over an iterator of strings (what pandas reads a file through)."""
+
+    def __init__(self, parts: Iterator[str]):
+        super().__init__()
+        self._parts, self._buffer = parts, ""
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> str:
+        if size is None or size < 0:
+            text, self._buffer = self._buffer + "".join(self._parts), ""
+            return text
+        pieces, have = [self._buffer], len(self._buffer)
+        while have < size:
+            part = next(self._parts, None)
+            if part is None:
+                break
+            pieces.append(part)
+            have += len(part)
+        text = "".join(pieces)
+        text, self._buffer = text[:size], text[size:]
+        return text
+
+
+def _decoded(path: Path) -> Iterator[str]:
+    """The file as decoded text, line by line (a bad byte names its line), lines joined by newlines."""
+    for number, line in read_text_lines(path):
+        yield line if number == 1 else "\n" + line
+
+
+def _table_chunks(path: Path, sep: str, chunk_rows: int) -> Iterator[list[dict[str, str]]]:
+    """Rows of a CSV/TSV file as dicts, ``chunk_rows`` at a time (never the whole file at once)."""
     import pandas as pd
 
-    text = read_text(path)  # decodes line by line, so a bad byte names its line
+    kind = "CSV" if sep == "," else "TSV"
     try:
-        frame = pd.read_csv(
-            io.StringIO(text),
+        reader = pd.read_csv(
+            _TextStream(_decoded(path)),
             sep=sep,
             dtype=str,
             keep_default_na=False,
             quoting=csv.QUOTE_MINIMAL if sep == "," else csv.QUOTE_NONE,
+            chunksize=chunk_rows,
         )
+        columns = None
+        for frame in reader:
+            if not isinstance(frame.index, pd.RangeIndex):  # pandas made the surplus leading fields an index
+                raise KformerError(
+                    f"{path}: every row has {frame.index.nlevels} more field(s) than the header "
+                    f"({', '.join(map(str, frame.columns))}); quote texts that contain '{sep}' or add the missing column names"
+                )
+            if columns is None:
+                columns = [str(c).strip() for c in frame.columns]
+                twice = sorted({c for c in columns if columns.count(c) > 1})
+                if twice:
+                    raise KformerError(f"{path}: the header names column(s) {', '.join(map(repr, twice))} twice; "
+                                       "rename one of them")
+            frame.columns = columns
+            yield frame.to_dict("records")
     except pd.errors.EmptyDataError:
         raise KformerError(f"{path} has no rows") from None
     except (pd.errors.ParserError, ValueError) as exc:
         reason = (str(exc).strip().splitlines() or ["parse error"])[0]
-        raise KformerError(f"{path} is not a valid {'CSV' if sep == ',' else 'TSV'} file ({reason})") from None
-    if not isinstance(frame.index, pd.RangeIndex):  # pandas made the surplus leading fields an index
-        extra = frame.index.nlevels
-        raise KformerError(
-            f"{path}: every row has {extra} more field(s) than the header ({', '.join(map(str, frame.columns))}); "
-            f"quote texts that contain '{sep}' or add the missing column names"
-        )
-    columns = [str(c).strip() for c in frame.columns]
-    twice = sorted({c for c in columns if columns.count(c) > 1})
-    if twice:
-        raise KformerError(f"{path}: the header names column(s) {', '.join(map(repr, twice))} twice; rename one of them")
-    frame.columns = columns
-    return frame.to_dict("records")
+        raise KformerError(f"{path} is not a valid {kind} file ({reason})") from None
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    rows = []
+def _jsonl_rows(path: Path) -> Iterator[dict]:
     for line_number, line in read_text_lines(path):
         if not line.strip():
             continue
@@ -100,8 +139,7 @@ def _read_jsonl(path: Path) -> list[dict]:
                 f"{path}: line {line_number} has an unpaired surrogate escape (such as \\ud800), which is not text; "
                 "write the character itself or its surrogate pair"
             )
-        rows.append(row)
-    return rows
+        yield row
 
 
 def _encodable(value) -> bool:
@@ -115,28 +153,41 @@ def _encodable(value) -> bool:
     return True
 
 
-def _read_folder(path: Path, text_column: str, label_column: str) -> list[dict]:
-    rows = []
+def _folder_rows(path: Path, text_column: str, label_column: str) -> Iterator[dict]:
+    found = False
     for label_dir in sorted(p for p in path.iterdir() if p.is_dir()):
         for file in sorted(label_dir.glob("*.txt")):
-            if file.stat().st_size == 0:
-                rows.append({text_column: "", label_column: label_dir.name})
-                continue
-            rows.append({text_column: read_text(file), label_column: label_dir.name})
-    if not rows:
+            found = True
+            text = "" if file.stat().st_size == 0 else read_text(file)
+            yield {text_column: text, label_column: label_dir.name}
+    if not found:
         raise KformerError(f"{path} has no label folders with .txt files; expected e.g. {path}/pos/*.txt and {path}/neg/*.txt")
-    return rows
 
 
-def _read_rows(path: Path, text_column: str, label_column: str) -> list[dict]:
+def _chunked(rows: Iterable[dict], chunk_rows: int) -> Iterator[list[dict]]:
+    chunk: list[dict] = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) >= chunk_rows:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _row_chunks(path: Path, text_column: str, label_column: str, chunk_rows: int | None) -> Iterator[list[dict]]:
+    """The rows of ``path`` (any supported format) as dicts, at most ``chunk_rows`` per list."""
+    chunk_rows = CHUNK_ROWS if chunk_rows is None else chunk_rows
+    if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
+        raise KformerError(f"chunk_rows must be a whole number of at least 1, got {chunk_rows!r}")
     kind = _format(path)
     if kind == "folder":
-        return _read_folder(path, text_column, label_column)
+        return _chunked(_folder_rows(path, text_column, label_column), chunk_rows)
     if kind == "jsonl":
-        return _read_jsonl(path)
+        return _chunked(_jsonl_rows(path), chunk_rows)
     if kind == "txt":
-        return [{text_column: line} for _, line in read_text_lines(path)]
-    return _read_table(path, TABLE_SUFFIXES["." + kind])
+        return _chunked(({text_column: line} for _, line in read_text_lines(path)), chunk_rows)
+    return _table_chunks(path, TABLE_SUFFIXES["." + kind], chunk_rows)
 
 
 def _check_column(rows: list[dict], column: str, path: Path, flag: str) -> None:
@@ -158,30 +209,69 @@ def _warn(message: str) -> None:
     print(f"kformer: warning: {message}", file=sys.stderr)
 
 
-def read_labelled(path: str | os.PathLike, text_column: str = "text", label_column: str = "label") -> LabelledTexts:
-    """Texts and string labels from a CSV/TSV/JSONL file (``.gz`` too) or a folder of label folders.
-
-    Rows whose text or label is empty are dropped with a warning; none left is an error.
-    """
+def _existing(path: str | os.PathLike) -> Path:
     path = Path(path)
     if not path.exists():
         raise KformerError(f"{path} does not exist")
-    rows = _read_rows(path, text_column, label_column)
-    _check_column(rows, text_column, path, "--text-column")
-    _check_column(rows, label_column, path, "--label-column")
-    texts, labels, dropped = [], [], 0
-    for row in rows:
-        text, label = _as_text(row.get(text_column)).strip(), _as_text(row.get(label_column)).strip()
-        if not text or not label:
-            dropped += 1
-            continue
-        texts.append(text)
-        labels.append(label)
-    if not texts:
-        raise KformerError(f"{path}: all {len(rows)} rows have an empty text or label")
+    return path
+
+
+def iter_labelled(path: str | os.PathLike, text_column: str = "text", label_column: str = "label",
+                  chunk_rows: int | None = None) -> Iterator[LabelledTexts]:
+    """:func:`read_labelled`, streamed: LabelledTexts of at most ``chunk_rows`` (default
+    :data:`CHUNK_ROWS`) rows at a time, so a file of any size is read in bounded memory. Each chunk counts the rows it ``dropped``; the
+    warning about them, and the error when no row is usable, come after the last chunk."""
+    path = _existing(path)
+    total = dropped = kept = 0
+    for number, rows in enumerate(_row_chunks(path, text_column, label_column, chunk_rows)):
+        if number == 0:
+            _check_column(rows, text_column, path, "--text-column")
+            _check_column(rows, label_column, path, "--label-column")
+        texts, labels = [], []
+        for row in rows:
+            text, label = _as_text(row.get(text_column)).strip(), _as_text(row.get(label_column)).strip()
+            if text and label:
+                texts.append(text)
+                labels.append(label)
+        total, kept, dropped = total + len(rows), kept + len(texts), dropped + len(rows) - len(texts)
+        if texts:
+            yield LabelledTexts(texts, labels, str(path), len(rows) - len(texts))
+    if total == 0:
+        raise KformerError(f"{path} has no rows")
+    if not kept:
+        raise KformerError(f"{path}: all {total} rows have an empty text or label")
     if dropped:
-        _warn(f"{path}: dropped {dropped} of {len(rows)} rows with an empty text or label")
-    return LabelledTexts(texts, labels, str(path), dropped)
+        _warn(f"{path}: dropped {dropped} of {total} rows with an empty text or label")
+
+
+def read_labelled(path: str | os.PathLike, text_column: str = "text", label_column: str = "label") -> LabelledTexts:
+    """Texts and string labels from a CSV/TSV/JSONL file (``.gz`` too) or a folder of label folders.
+
+    Rows whose text or label is empty are dropped with a warning (and counted in ``dropped``);
+    none left is an error.
+    """
+    texts, labels, dropped = [], [], 0
+    for chunk in iter_labelled(path, text_column, label_column):
+        texts += chunk.texts
+        labels += chunk.labels
+        dropped += chunk.dropped
+    return LabelledTexts(texts, labels, str(Path(path)), dropped)
+
+
+def iter_texts(path: str | os.PathLike, text_column: str = "text", chunk_rows: int | None = None) -> Iterator[list[str]]:
+    """:func:`read_unlabelled`, streamed: lists of at most ``chunk_rows`` (default :data:`CHUNK_ROWS`)
+    texts at a time."""
+    path = _existing(path)
+    if path.is_dir():
+        raise KformerError(f"{path} is a folder; pass a .csv, .tsv, .jsonl or .txt file of texts")
+    total = 0
+    for number, rows in enumerate(_row_chunks(path, text_column, "label", chunk_rows)):
+        if number == 0:
+            _check_column(rows, text_column, path, "--text-column")
+        total += len(rows)
+        yield [_as_text(row.get(text_column)).strip() for row in rows]
+    if total == 0:
+        raise KformerError(f"{path} has no rows")
 
 
 def read_unlabelled(path: str | os.PathLike, text_column: str = "text") -> list[str]:
@@ -189,11 +279,4 @@ def read_unlabelled(path: str | os.PathLike, text_column: str = "text") -> list[
 
     Empty texts are kept (as empty strings) so that outputs line up with inputs.
     """
-    path = Path(path)
-    if not path.exists():
-        raise KformerError(f"{path} does not exist")
-    if path.is_dir():
-        raise KformerError(f"{path} is a folder; pass a .csv, .tsv, .jsonl or .txt file of texts")
-    rows = _read_rows(path, text_column, "label")
-    _check_column(rows, text_column, path, "--text-column")
-    return [_as_text(row.get(text_column)).strip() for row in rows]
+    return [text for chunk in iter_texts(path, text_column) for text in chunk]
