@@ -8,7 +8,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -41,13 +41,18 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"cannot write {type(value).__name__} to JSON")
 
 
-def save_keras_atomic(model, path: str | os.PathLike) -> None:
-    """Save a Keras model to ``path`` (``.keras``) through a temporary file and a rename."""
+def save_keras_atomic(model, path: str | os.PathLike, before_replace: Callable[[Path], None] | None = None) -> None:
+    """Save a Keras model to ``path`` (``.keras``) through a temporary file and a rename.
+
+    ``before_replace(tmp)`` runs between the two (the crash tests' fault injection,
+    :mod:`kformer.faults`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.tmp.keras")
     try:
         model.save(tmp)
+        if before_replace is not None:
+            before_replace(tmp)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -11,6 +11,14 @@
 - :class:`ProgressReporter` turns Keras' batch and epoch ends into :class:`ProgressEvent` calls
   of a caller's ``progress`` function (the CLI draws a bar, a server reports a percentage);
   nothing in training prints.
+
+What a crash loses: :class:`EpochCheckpoint` writes the weights, optimizer state (with its step
+counter, so the learning-rate schedule continues) and the dropout seed counters after every epoch,
+through a temporary file and a rename, so SIGKILL at any moment leaves the last complete epoch's
+checkpoint and ``resume`` repeats only the epoch that was running. Ctrl-C (SIGINT) in :func:`fit`
+raises :class:`TrainingInterrupted`, which says how many epochs the checkpoint holds and how many
+batches of the running epoch are lost (a half epoch is never saved as a whole one). The crash
+tests inject faults through ``KFORMER_FAULT`` (:mod:`kformer.faults`; off unless set).
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from typing import Any
 import keras
 import numpy as np
 
+from kformer import faults
 from kformer.artifacts import save_keras_atomic, write_json_atomic
 from kformer.errors import BadInput, CorruptModel
 
@@ -106,8 +115,52 @@ class ProgressEvent:
     seconds_left: float | None = None
     logs: dict[str, float] = field(default_factory=dict)
 
+    def line(self) -> str:
+        """One readable line: ``epoch 3/10  loss 0.4123  accuracy 0.8812  val_loss ...  12 s  ~40 s left``."""
+        parts = [f"epoch {self.epoch}" + (f"/{self.epochs}" if self.epochs and self.epochs < 10**6 else "")]
+        parts += [f"{name} {value:.4f}" for name, value in self.logs.items() if name != "learning_rate"]
+        parts.append(f"{self.seconds:.0f} s")
+        if self.seconds_left is not None and self.stage != "done":
+            parts.append(f"~{self.seconds_left:.0f} s left")
+        return "  ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        """The event as a JSON-ready dict (``--log-format json``)."""
+        return {"stage": self.stage, "epoch": self.epoch, "epochs": self.epochs, "step": self.step,
+                "fraction": round(self.fraction, 4), "seconds": round(self.seconds, 2),
+                "seconds_left": None if self.seconds_left is None else round(self.seconds_left, 1),
+                **{k: round(v, 6) for k, v in self.logs.items()}}
+
 
 Progress = Callable[[ProgressEvent], None]
+TRAIN_LOG = "train.log"
+
+
+def read_history(path: str | os.PathLike) -> dict[str, list[float]]:
+    """``{metric: [value per epoch]}`` from the ``history.csv`` that :func:`fit` writes ({} if none)."""
+    import csv
+
+    history: dict[str, list[float]] = {}
+    if not Path(path).is_file():
+        return history
+    with open(path, encoding="utf-8", newline="") as handle:
+        for row in csv.DictReader(handle):
+            for key, value in row.items():
+                if key != "epoch" and value not in (None, "", "NA"):  # CSVLogger writes NA for a missing metric
+                    history.setdefault(key, []).append(float(value))
+    return history
+
+
+def log_to_file(path: Path) -> Progress:
+    """A progress function appending one line per epoch (and the start and end) to ``path``."""
+
+    def write(event: ProgressEvent) -> None:
+        if event.stage in ("epoch", "done", "compiling"):
+            text = {"compiling": "training started", "done": f"training ended after {event.seconds:.0f} s"}
+            with open(path, "a", encoding="utf-8") as handle:
+                handle.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')}  {text.get(event.stage) or event.line()}\n")
+
+    return write
 
 
 class ProgressReporter(keras.callbacks.Callback):
@@ -167,11 +220,14 @@ class TimeBudget(keras.callbacks.Callback):
 
     ``fired`` tells afterwards whether the budget ended training. The running epoch stops at the
     next batch; Keras still runs its validation, so early stopping can restore the best weights.
+    ``agree`` (set by :func:`fit` for data-parallel runs, :meth:`kformer.parallel.Cluster.agree`)
+    turns this process's decision into the one every process follows: process 0's clock decides.
     """
 
-    def __init__(self, max_minutes: float | None):
+    def __init__(self, max_minutes: float | None, agree: Callable[[bool], bool] | None = None):
         super().__init__()
         self.max_seconds = None if max_minutes is None else float(max_minutes) * 60.0
+        self.agree = agree
         self.fired = False
         self._start = None
 
@@ -180,7 +236,10 @@ class TimeBudget(keras.callbacks.Callback):
         self.fired = False
 
     def on_train_batch_end(self, batch, logs=None):
-        if self.max_seconds is not None and time.monotonic() - self._start >= self.max_seconds:
+        if self.max_seconds is None:
+            return
+        spent = time.monotonic() - self._start >= self.max_seconds
+        if self.agree(spent) if self.agree is not None else spent:
             self.fired = True
             self.model.stop_training = True
 
@@ -188,9 +247,12 @@ class TimeBudget(keras.callbacks.Callback):
 class EpochCheckpoint(keras.callbacks.Callback):
     """After every epoch write ``out_dir/checkpoint.keras`` (weights + optimizer state) atomically.
 
-    ``checkpoint.json`` beside it records the number of completed epochs; it is written after the
-    model file, so a crash between the two leaves a consistent older pair or a newer model that
-    :func:`restore_checkpoint` simply resumes one epoch early from.
+    ``checkpoint.json`` beside it records the completed ``epochs_done``, the optimizer's
+    ``iterations``, the ``learning_rate`` of the last step, the dropout layers' ``seed_states``
+    (Keras does not save them; restored so a resumed run draws the masks an uninterrupted one
+    would) and the epoch's ``logs``. It is written after the model file; a crash between the two
+    renames leaves a model one epoch newer than the JSON, which :func:`restore_checkpoint`
+    recognises by its optimizer step and resumes from.
     """
 
     def __init__(self, out_dir: str | os.PathLike):
@@ -198,34 +260,109 @@ class EpochCheckpoint(keras.callbacks.Callback):
         self.out_dir = Path(out_dir)
 
     def on_epoch_end(self, epoch, logs=None):
-        save_keras_atomic(self.model, self.out_dir / CHECKPOINT_NAME)
-        state = {"epochs_done": epoch + 1, "logs": {k: float(v) for k, v in (logs or {}).items()}}
+        save_keras_atomic(self.model, self.out_dir / CHECKPOINT_NAME, faults.checkpoint_fault(epoch + 1))
+        optimizer = self.model.optimizer
+        state = {
+            "epochs_done": epoch + 1,
+            "iterations": None if optimizer is None else int(optimizer.iterations.numpy()),
+            "learning_rate": None if optimizer is None else float(np.asarray(optimizer.learning_rate)),
+            "seed_states": _seed_states(self.model),
+            "logs": {k: float(v) for k, v in (logs or {}).items() if np.ndim(v) == 0},
+        }
         write_json_atomic(self.out_dir / CHECKPOINT_STATE_NAME, state)
 
 
-def last_checkpoint(out_dir: str | os.PathLike) -> tuple[Path, int] | None:
-    """``(checkpoint path, completed epochs)`` of the last checkpoint in ``out_dir``, or None."""
-    out_dir = Path(out_dir)
+def _seed_variables(model: keras.Model) -> list:
+    """The ``(2,)`` seed-generator states (seed, counter) of the model's dropout layers, in layer order."""
+    return [v for v in model.non_trainable_variables if v.path.endswith("seed_generator_state")]
+
+
+def _seed_states(model: keras.Model) -> list[list]:
+    """``[[variable path, [seed, counter]], ...]`` for checkpoint.json (restored by position: the
+    paths carry process-wide name counters)."""
+    return [[v.path, np.asarray(v.numpy()).tolist()] for v in _seed_variables(model)]
+
+
+class BatchSleep(keras.callbacks.Callback):
+    """The ``batch-sleep`` fault (:mod:`kformer.faults`): after every batch, sleep ``seconds`` and
+    print ``kformer: fault: epoch <e> batch <b>`` to stderr. Only used when the fault is set."""
+
+    def __init__(self, seconds: float):
+        super().__init__()
+        self.seconds, self.epoch = float(seconds), 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch + 1
+
+    def on_train_batch_end(self, batch, logs=None):
+        import sys
+
+        time.sleep(self.seconds)
+        print(f"kformer: fault: epoch {self.epoch} batch {batch + 1}", file=sys.stderr, flush=True)
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) stopped :func:`fit`. The checkpoint in ``out_dir`` holds ``epochs_done``
+    complete epochs (0: there is none); ``batches_lost`` batches of epoch ``epochs_done + 1``
+    were trained and are not kept (``resume`` repeats that epoch)."""
+
+    def __init__(self, out_dir: Path, epochs_done: int, batches_lost: int):
+        self.out_dir, self.epochs_done, self.batches_lost = Path(out_dir), int(epochs_done), int(batches_lost)
+        super().__init__(f"interrupted during epoch {self.epochs_done + 1} ({self.batches_lost} batches lost); "
+                         f"the checkpoint holds {self.epochs_done} epochs")
+
+
+class _Position(keras.callbacks.Callback):
+    """Where training is: batches done in the running epoch."""
+
+    batches = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.batches = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.batches = batch + 1
+
+
+def _checkpoint_state(out_dir: Path) -> dict[str, Any] | None:
+    """``checkpoint.json`` of ``out_dir`` (None when it or ``checkpoint.keras`` is missing)."""
     model_path, state_path = out_dir / CHECKPOINT_NAME, out_dir / CHECKPOINT_STATE_NAME
     if not (model_path.is_file() and state_path.is_file()):
         return None
     try:
-        epochs_done = int(json.loads(state_path.read_text(encoding="utf-8"))["epochs_done"])
+        state = json.loads(state_path.read_text(encoding="utf-8"))
+        state["epochs_done"] = int(state["epochs_done"])
     except (ValueError, KeyError, TypeError):
         raise CorruptModel(f"{state_path} is corrupt; delete it and {model_path.name} to start afresh") from None
-    return model_path, epochs_done
+    return state
+
+
+def last_checkpoint(out_dir: str | os.PathLike) -> tuple[Path, int] | None:
+    """``(checkpoint path, completed epochs)`` of the last checkpoint in ``out_dir``, or None."""
+    state = _checkpoint_state(Path(out_dir))
+    return None if state is None else (Path(out_dir) / CHECKPOINT_NAME, state["epochs_done"])
+
+
+def remove_checkpoint_debris(out_dir: str | os.PathLike) -> list[Path]:
+    """Delete temporary checkpoint files a killed run left in ``out_dir``; returns them."""
+    debris = [p for p in Path(out_dir).glob(".checkpoint.*") if ".tmp" in p.name]
+    for path in debris:
+        path.unlink(missing_ok=True)
+    return debris
 
 
 def restore_checkpoint(model: keras.Model, out_dir: str | os.PathLike) -> int:
-    """Load the last checkpoint's weights and optimizer state into a compiled ``model``.
+    """Load the last checkpoint's weights, optimizer state and dropout seed counters into a
+    compiled ``model``.
 
     Returns the ``initial_epoch`` for ``model.fit`` (0 when there is no checkpoint). The model
     must be built the same way as the one that wrote the checkpoint.
     """
-    found = last_checkpoint(out_dir)
-    if found is None:
+    out_dir = Path(out_dir)
+    state = _checkpoint_state(out_dir)
+    if state is None:
         return 0
-    path, epochs_done = found
+    path, epochs_done = out_dir / CHECKPOINT_NAME, state["epochs_done"]
     if model.optimizer is not None and not model.optimizer.built:
         model.optimizer.build(model.trainable_variables)
     try:
@@ -233,6 +370,13 @@ def restore_checkpoint(model: keras.Model, out_dir: str | os.PathLike) -> int:
     except Exception as exc:  # shape mismatch, damaged zip
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise BadInput(f"cannot resume from {path} ({reason}); use the same settings or a new --out") from None
+    recorded = state.get("iterations")
+    if model.optimizer is not None and recorded is not None and int(model.optimizer.iterations.numpy()) != recorded:
+        return epochs_done + 1  # killed between the model's rename and the JSON's: the model is one epoch newer
+    seeds, variables = state.get("seed_states") or [], _seed_variables(model)
+    if len(seeds) == len(variables):
+        for variable, (_, value) in zip(variables, seeds, strict=True):
+            variable.assign(np.asarray(value, dtype=variable.dtype))
     return epochs_done
 
 
@@ -299,17 +443,22 @@ def fit(
     class_weight: dict | None = None,
     callbacks: list | None = None,
     progress: Progress | None = None,
+    agree: Callable[[bool], bool] | None = None,
 ) -> FitResult:
     """``model.fit`` with :func:`standard_callbacks`; with ``resume`` it continues from the last checkpoint.
 
     ``train`` is a ``tf.data.Dataset`` (or anything ``model.fit`` takes as ``x``) or an ``(x, y)``
     tuple; ``validation`` is what ``validation_data`` takes; ``batch_size`` applies to arrays.
     Without ``validation`` early stopping watches the training loss. Nothing is printed:
-    ``progress`` (if given) receives a :class:`ProgressEvent` per epoch and every half second.
+    ``progress`` (if given) receives a :class:`ProgressEvent` per epoch and every half second, and
+    ``out_dir/train.log`` gets one line per epoch. ``agree`` (data-parallel runs) makes the
+    time budget's stop decision process 0's (:class:`TimeBudget`).
     """
     if validation is None and monitor.startswith("val_"):
         monitor = monitor[4:]
     standard = standard_callbacks(out_dir, patience=patience, max_minutes=max_minutes, monitor=monitor)
+    standard[0].agree = agree
+    remove_checkpoint_debris(out_dir)
     initial_epoch = restore_checkpoint(model, out_dir) if resume else 0
     start = time.monotonic()
     if initial_epoch >= epochs:
@@ -317,26 +466,35 @@ def fit(
         epochs_run = 0
     else:
         x, y = train if isinstance(train, tuple) else (train, None)
-        extra = list(callbacks or [])
-        if progress is not None:
-            steps = _steps_per_epoch(x, batch_size)
+        position = _Position()
+        extra = [position, *(callbacks or [])]
+        sleep = faults.batch_sleep()
+        if sleep is not None:
+            extra.append(BatchSleep(sleep))
+        steps = _steps_per_epoch(x, batch_size)
+        for report in filter(None, (progress, log_to_file(Path(out_dir) / TRAIN_LOG))):
             extra.append(ProgressReporter(
-                progress, None if steps is None else steps * epochs, epochs,
+                report, None if steps is None else steps * epochs, epochs,
                 None if max_minutes is None else float(max_minutes) * 60.0,
                 initial_step=0 if steps is None else steps * initial_epoch,
             ))
-        result = model.fit(
-            x,
-            y,
-            validation_data=validation,
-            epochs=epochs,
-            initial_epoch=initial_epoch,
-            batch_size=None if y is None else batch_size,
-            shuffle=y is not None,  # a dataset arrives already shuffled (Keras would warn)
-            callbacks=standard + extra,
-            class_weight=class_weight,
-            verbose=0,
-        )
+        try:
+            result = model.fit(
+                x,
+                y,
+                validation_data=validation,
+                epochs=epochs,
+                initial_epoch=initial_epoch,
+                batch_size=None if y is None else batch_size,
+                shuffle=y is not None,  # a dataset arrives already shuffled (Keras would warn)
+                callbacks=standard + extra,
+                class_weight=class_weight,
+                verbose=0,
+            )
+        except KeyboardInterrupt:
+            # the last complete epoch's checkpoint stays; a half epoch is not saved as a whole one
+            done = last_checkpoint(out_dir)
+            raise TrainingInterrupted(Path(out_dir), 0 if done is None else done[1], position.batches) from None
         history = {k: [float(v) for v in vs] for k, vs in result.history.items()}
         epochs_run = len(next(iter(history.values()), []))
     budget = standard[0]

@@ -8,7 +8,9 @@ done by :mod:`kformer.tasks`, imported lazily so that ``kformer --help`` answers
 
 Errors: a :class:`~kformer.errors.KformerError` is printed as one line, with the argument it
 names shown as this command's flag (``max_length`` -> ``--max-length``), and the exit status of
-its class (:data:`kformer.errors.ERROR_TABLE`).
+its class (:data:`kformer.errors.ERROR_TABLE`). Ctrl-C exits with status 130 and one line; during
+training it says what the checkpoint holds and the command that resumes
+(:class:`kformer.training.TrainingInterrupted`).
 """
 
 from __future__ import annotations
@@ -160,6 +162,20 @@ def error_line(exc: KformerError, parser: argparse.ArgumentParser | None = None)
     return f"kformer: error: {exc.message_for(flag) if flag else exc}"
 
 
+def interrupted_line(exc: KeyboardInterrupt, argv: list[str]) -> str:
+    """The one line for Ctrl-C: with a training checkpoint, what is kept and how to resume."""
+    import shlex
+
+    epochs_done = getattr(exc, "epochs_done", None)  # kformer.training.TrainingInterrupted
+    if epochs_done is None:
+        return "kformer: interrupted"
+    where = f"during epoch {epochs_done + 1} ({exc.batches_lost} batches of it lost)"
+    if epochs_done == 0:
+        return f"kformer: interrupted {where}; no epoch was complete, so there is nothing to resume: run it again"
+    command = shlex.join(["kformer", *argv, *([] if "--resume" in argv else ["--resume"])])
+    return f"kformer: interrupted {where}; the checkpoint after epoch {epochs_done} is kept; resume with: {command}"
+
+
 def _silence_native_stderr() -> None:
     """Send C++ log lines (TensorFlow/XLA start-up notices such as "Could not find cuda drivers")
     to /dev/null while Python's own stderr (warnings, errors) keeps the terminal.
@@ -199,8 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KformerError as exc:
         print(error_line(exc, getattr(args, "_parser", None)), file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("kformer: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        print(interrupted_line(exc, list(sys.argv[1:] if argv is None else argv)), file=sys.stderr)
         return 130
     except Exception as exc:  # a bug, not bad input: one line unless the user asks for more
         if os.environ.get("KFORMER_DEBUG"):

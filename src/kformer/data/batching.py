@@ -74,14 +74,18 @@ class BucketedBatches:
     ``sample_weight``) are indexed alongside. ``batches[i]`` is ``(x (batch, width), y)`` or
     ``(x, y, sample_weight)``, ``width`` the batch's :func:`bucket_width` (at most
     ``max_length``). With ``shuffle`` the rows are re-arranged every epoch
-    (:func:`length_bucketed_batches`); :meth:`dataset` gives a ``tf.data.Dataset`` of them.
+    (:func:`length_bucketed_batches`), epoch ``e`` by the seed ``seed + e``, so a run resumed at
+    ``first_epoch`` sees the order an uninterrupted run would; :meth:`dataset` gives a
+    ``tf.data.Dataset`` of them.
     """
 
-    def __init__(self, x, y, batch_size: int = 32, shuffle: bool = True, seed: int = 0, sample_weight=None):
+    def __init__(self, x, y, batch_size: int = 32, shuffle: bool = True, seed: int = 0, sample_weight=None,
+                 first_epoch: int = 0):
         self.x, self.y = np.asarray(x), np.asarray(y)
         self.sample_weight = None if sample_weight is None else np.asarray(sample_weight, dtype="float32")
         self.lengths = (self.x != 0).sum(axis=1)
-        self.batch_size, self.shuffle, self.seed, self.epoch = int(batch_size), shuffle, int(seed), 0
+        self.batch_size, self.shuffle, self.seed = int(batch_size), shuffle, int(seed)
+        self.epoch = int(first_epoch)
         self._arrange()
 
     def _arrange(self) -> None:

@@ -572,12 +572,14 @@ def _sample_weights(config: ClassifyConfig, labels: list[str], train_labels: lis
     return np.array([by_label[label] for label in train_labels], dtype="float32")
 
 
-def _batches(kind: str, ids, y, batch_size: int, shuffle: bool, seed: int = 0, sample_weight=None):
-    """A ``tf.data.Dataset`` of length-bucketed batches (BERT models get their input dicts)."""
+def _batches(kind: str, ids, y, batch_size: int, shuffle: bool, seed: int = 0, sample_weight=None, first_epoch: int = 0):
+    """A ``tf.data.Dataset`` of length-bucketed batches (BERT models get their input dicts);
+    ``first_epoch`` is where a resumed run starts (it sees the order of that epoch)."""
     from kformer.data.batching import BucketedBatches
     from kformer.models.pretrained import bert_inputs
 
-    data = BucketedBatches(ids, y, batch_size, shuffle=shuffle, seed=seed, sample_weight=sample_weight).dataset()
+    data = BucketedBatches(ids, y, batch_size, shuffle=shuffle, seed=seed, sample_weight=sample_weight,
+                           first_epoch=first_epoch).dataset()
     return data.map(bert_inputs) if kind == "bert" else data
 
 
@@ -598,14 +600,15 @@ def _manifest(config: ClassifyConfig, labels: list[str], kind: str) -> dict[str,
 
 def _fit(classifier: Classifier, config: ClassifyConfig, splits, state_dir: Path, resume: bool, progress):
     """Compile and train ``classifier.model`` in place; returns :class:`~kformer.training.FitResult`."""
-    from kformer.training import fit
+    from kformer.training import fit, last_checkpoint
 
     train, valid = splits
     index = {label: i for i, label in enumerate(classifier.labels)}
     x_train, x_valid = classifier.features(train.texts), classifier.features(valid.texts)
     weights = _sample_weights(config, classifier.labels, train.labels)
+    done = last_checkpoint(state_dir) if resume else None
     train_batches = _batches(classifier.kind, x_train, _one_hot(train.labels, index), config.batch_size, True,
-                             config.seed, weights)
+                             config.seed, weights, first_epoch=0 if done is None else done[1])
     valid_batches = _batches(classifier.kind, x_valid, _one_hot(valid.labels, index), max(config.batch_size, 64), False)
     model = classifier.model
     _compile(model, config, math.ceil(len(train) / config.batch_size))

@@ -409,7 +409,7 @@ def _fit(prepared: _Prepared, state_dir: Path, resume: bool, progress: Progress 
     limit = (config.max_length, config.max_length + 1)
     result = training.fit(
         model,
-        _dataset(sources, targets, config.batch_size, config.seed + first_epoch, shuffle=True, levels=levels,
+        _dataset(sources, targets, config.batch_size, config.seed, shuffle=True, levels=levels,
                  limits=limit, first_epoch=first_epoch),
         _dataset(*prepared.valid, max(config.batch_size, 64), config.seed, shuffle=False, limits=limit),
         epochs=config.epochs, out_dir=state_dir, patience=config.patience, max_minutes=config.max_minutes,
@@ -425,8 +425,9 @@ def _dataset(sources, targets, batch_size: int, seed: int, shuffle: bool, levels
     Yields ``({"source": (batch, S), "target_in": (batch, T)}, target_out (batch, T))`` with
     ``target_in = [START] + target`` and ``target_out = target + [END]``. With curriculum
     ``levels`` (index arrays, short pairs first) epoch ``k`` draws from level ``k`` (the last
-    level from then on), cycling through it so every epoch has the same number of batches;
-    ``first_epoch`` is where a resumed run starts.
+    level from then on), cycling through it so every epoch has the same number of batches.
+    Epoch ``e`` is shuffled by the seed ``(seed, e)``; ``first_epoch`` is where a resumed run
+    starts, so it sees the order an uninterrupted run would.
     """
     import itertools
 
@@ -436,13 +437,13 @@ def _dataset(sources, targets, batch_size: int, seed: int, shuffle: bool, levels
     from kformer.data.batching import length_bucketed_batches, pad_batch
     from kformer.text.specials import END_ID, START_ID
 
-    rng = np.random.default_rng(seed)
     lengths = np.array([max(len(s), len(t) + 1) for s, t in zip(sources, targets, strict=True)])
     epoch = {"n": first_epoch}
     steps = math.ceil(len(sources) / batch_size)
 
     def batches():
         subset = np.arange(len(sources)) if not levels else levels[min(epoch["n"], len(levels) - 1)]
+        rng = np.random.default_rng([seed, epoch["n"]])
         epoch["n"] += 1
         while True:
             for batch in length_bucketed_batches(lengths[subset], batch_size, rng if shuffle else None):
