@@ -59,6 +59,9 @@ def register(commands, train_tasks) -> None:
                        help="allow browser pages from ORIGIN to call the API (repeatable; default: no CORS)")
     serve.add_argument("--shutdown-grace-s", type=float, default=defaults.shutdown_grace_s, metavar="S",
                        help=f"on SIGTERM, time allowed for in-flight requests (default {defaults.shutdown_grace_s:g})")
+    serve.add_argument("--read-timeout-s", type=float, default=defaults.read_timeout_s, metavar="S",
+                       help="close a connection whose request (head and body) has not fully arrived S seconds "
+                       f"after connecting or after its previous answer: slow clients (default {defaults.read_timeout_s:g})")
     serve.add_argument("--access-log", action="store_true", help="log every request")
     serve.set_defaults(handler=_serve)
 
@@ -91,6 +94,7 @@ def config_from_args(args: argparse.Namespace):
         max_queue=args.max_queue, timeout_s=args.timeout_s, max_body_bytes=args.max_body_bytes,
         max_instances=args.max_instances, max_chars=args.max_chars, api_key_env=args.api_key_env,
         cors_origins=tuple(args.cors_origins), batching=args.batching, shutdown_grace_s=args.shutdown_grace_s,
+        read_timeout_s=args.read_timeout_s,
         access_log=args.access_log,
     )
 
@@ -101,6 +105,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from kformer.server import create_app
+    from kformer.server.protocol import uvicorn_config
 
     models = parse_models(args.models)
     config = config_from_args(args)
@@ -118,10 +123,7 @@ def _serve(args: argparse.Namespace) -> int:
         async def on_tick(self, counter: int) -> bool:
             return service.failed is not None or await super().on_tick(counter)
 
-    server = Server(uvicorn.Config(
-        app, host=config.host, port=config.port, access_log=config.access_log, log_level="info",
-        timeout_graceful_shutdown=config.shutdown_grace_s, lifespan="on",
-    ))
+    server = Server(uvicorn_config(app, config))
     # uvicorn restores the handler it found and then re-raises SIGTERM: a no-op one makes the exit 0
     signal.signal(signal.SIGTERM, lambda sig, frame: None)
     if hasattr(signal, "SIGHUP"):

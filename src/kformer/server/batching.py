@@ -78,7 +78,9 @@ class InferenceWorker:
         observer: BatchObserver | None = None,
         arriving: Callable[[], int] | None = None,
     ):
-        self._run = run
+        from kformer import faults
+
+        self._run = faults.slowed(run)  # unchanged unless KFORMER_FAULT=predict-sleep:<s> (the fault tests)
         self.max_batch = max_batch
         self.batch_wait = batch_wait_ms / 1000
         self.max_queue = max_queue

@@ -25,6 +25,9 @@ class ServeConfig:
         cors_origins: origins allowed by CORS; empty = no CORS headers at all.
         batching: False answers each request with its own model call (the naive baseline).
         shutdown_grace_s: on SIGTERM, how long in-flight requests may take to finish.
+        read_timeout_s: a client must send its whole request (head and body) within this many
+            seconds of connecting or of its previous answer, else the connection is closed
+            (slow clients; :mod:`kformer.server.protocol`).
         access_log: uvicorn's per-request log lines.
     """
 
@@ -41,6 +44,7 @@ class ServeConfig:
     cors_origins: tuple[str, ...] = ()
     batching: bool = True
     shutdown_grace_s: float = 30.0
+    read_timeout_s: float = 10.0
     access_log: bool = False
 
     def __post_init__(self) -> None:
