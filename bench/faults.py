@@ -31,7 +31,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.harness import record_results
+from bench.harness import record_or_print
 from bench.serve import Service, train_tickets
 
 KINDS = {  # kind: (share of requests, expected answer)
@@ -220,12 +220,8 @@ def main() -> None:
              "answers: HTTP status, 'closed' = connection closed without an answer, 'refused' = no connection "
              "(after SIGTERM), 'none' = the client hung up on purpose. Model: "
              f"{'tiny generated tickets' if args.tiny else model}.")
-    if args.no_record:
-        from bench.harness import results_table
-
-        print(results_table(rows) + "\n\n" + notes)
-    else:
-        record_results("Serving under faults: bad requests, slow clients, SIGTERM under load", rows, notes)
+    record_or_print("Serving under faults: bad requests, slow clients, SIGTERM under load", rows, notes,
+                    record=not args.no_record)
 
 
 if __name__ == "__main__":

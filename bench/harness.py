@@ -137,6 +137,16 @@ def record_results(
     return text
 
 
+def record_or_print(title: str, rows: Sequence[dict], notes: str = "", *, record: bool = True) -> str:
+    """:func:`record_results`, or with ``record=False`` (a script's ``--no-record``) only print the
+    table and notes."""
+    if record:
+        return record_results(title, rows, notes)
+    text = results_table(rows) + "\n\n" + notes
+    print(text)
+    return text
+
+
 def _module_name() -> str:
     main = Path(sys.argv[0]).resolve()
     try:
