@@ -23,12 +23,14 @@ from collections.abc import Sequence
 
 from kformer import __version__
 from kformer.errors import KformerError
+from kformer.threads import configure_threads
 
 COMMAND_MODULES = (
     "kformer.cli.classify",
     "kformer.cli.arithmetic",
     "kformer.cli.translate",
     "kformer.cli.serve",
+    "kformer.cli.export",
 )
 
 DESCRIPTION = """\
@@ -211,6 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
+        configure_threads()  # a bad KFORMER_THREADS is one line and exit status 2
         return int(handler(args) or 0)
     except KformerError as exc:
         print(error_line(exc, getattr(args, "_parser", None)), file=sys.stderr)

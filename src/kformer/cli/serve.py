@@ -19,6 +19,7 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 def register(commands, train_tasks) -> None:
     """Add ``serve`` to the CLI."""
+    from kformer.runtimes import RUNTIMES
     from kformer.server.config import ServeConfig
 
     defaults = ServeConfig()
@@ -63,6 +64,9 @@ def register(commands, train_tasks) -> None:
                        help="close a connection whose request (head and body) has not fully arrived S seconds "
                        f"after connecting or after its previous answer: slow clients (default {defaults.read_timeout_s:g})")
     serve.add_argument("--access-log", action="store_true", help="log every request")
+    serve.add_argument("--runtime", choices=RUNTIMES, default=defaults.runtime,
+                       help=f"where classifiers' :predict runs (default {defaults.runtime}); onnx converts each "
+                       "classifier to ONNX Runtime at load (:explain still uses Keras; other tasks stay on Keras)")
     serve.set_defaults(handler=_serve)
 
 
@@ -95,7 +99,7 @@ def config_from_args(args: argparse.Namespace):
         max_instances=args.max_instances, max_chars=args.max_chars, api_key_env=args.api_key_env,
         cors_origins=tuple(args.cors_origins), batching=args.batching, shutdown_grace_s=args.shutdown_grace_s,
         read_timeout_s=args.read_timeout_s,
-        access_log=args.access_log,
+        access_log=args.access_log, runtime=args.runtime,
     )
 
 

@@ -29,6 +29,8 @@ class ServeConfig:
             seconds of connecting or of its previous answer, else the connection is closed
             (slow clients; :mod:`kformer.server.protocol`).
         access_log: uvicorn's per-request log lines.
+        runtime: where classifiers' ``:predict`` runs: ``keras`` or ``onnx`` (converted at load;
+            ``:explain`` still uses the Keras model; :mod:`kformer.runtimes`).
     """
 
     host: str = "127.0.0.1"
@@ -46,6 +48,7 @@ class ServeConfig:
     shutdown_grace_s: float = 30.0
     read_timeout_s: float = 10.0
     access_log: bool = False
+    runtime: str = "keras"
 
     def __post_init__(self) -> None:
         for spec in fields(self):
@@ -55,6 +58,9 @@ class ServeConfig:
             if spec.type == "float" and (isinstance(value, bool) or not isinstance(value, int | float) or value < 0
                                          or (value == 0 and spec.name != "batch_wait_ms")):
                 raise BadInput(f"{{field}} must be a positive number, not {value!r}", field=spec.name)
+        from kformer.runtimes import check_runtime
+
+        check_runtime(self.runtime)
         if self.port > 65535:
             raise BadInput(f"{{field}} must be at most 65535, not {self.port}", field="port")
 

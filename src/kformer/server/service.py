@@ -8,6 +8,7 @@ inference run on other threads. Models load in the background after start-up, so
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -16,6 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from kformer.errors import KformerError, Overloaded
+from kformer.runtimes import use_runtime
 from kformer.server.batching import EXPLAIN, PREDICT, InferenceWorker, Job
 from kformer.server.config import ServeConfig
 from kformer.server.http_errors import ClientGone, GatewayTimeout, InternalError
@@ -30,7 +32,7 @@ class Service:
 
     def __init__(self, models: Mapping[str, Any], config: ServeConfig, loader: Loader | None = None):
         self.config = config
-        self.registry = ModelRegistry(models, loader)
+        self.registry = ModelRegistry(models, loader, functools.partial(use_runtime, runtime=config.runtime))
         self.metrics = ServiceMetrics()
         self.worker = InferenceWorker(
             self._run,

@@ -24,7 +24,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from kformer.config import as_config, setting, to_dict
 from kformer.errors import BadInput
@@ -75,6 +75,8 @@ class ArithmeticConfig:
     weight_decay: float = setting(0.0, "training", "AdamW weight decay (0 = Adam)")
     jit_compile: bool = setting(True, "training", "XLA-compile the training step")
     max_minutes: float | None = setting(None, "training", "stop training after this many minutes")
+    precision: Literal["float32", "mixed_bfloat16"] = setting(
+        "float32", "training", "mixed_bfloat16: compute in bfloat16 (weights and outputs stay float32); see bench/precision.py")
     seed: int = setting(0, "training", "random seed")
 
     def __post_init__(self):
@@ -181,16 +183,18 @@ def _fit(config: ArithmeticConfig, state_dir: Path, resume: bool, progress: Prog
     """Build, compile and train the model; ``(model, seconds, steps done, stopped by budget)``."""
     from kformer import training
     from kformer.models.seq2seq import Seq2SeqTransformer, compile_seq2seq
+    from kformer.precision import precision_scope
 
     fmt = config.answer_format()
     training.set_seed(config.seed)
     vocab_size = len(fmt.vocabulary)
-    model = Seq2SeqTransformer(
-        vocab_size, vocab_size, fmt.source_length, fmt.target_length,
-        dim=config.dim, heads=config.heads, ff_dim=config.ff_dim, encoder_layers=config.encoder_layers,
-        decoder_layers=config.decoder_layers, dropout=config.dropout, positions=config.positions,
-        tie_embeddings=config.tie_embeddings, norm_first=config.norm_first,
-    )
+    with precision_scope(config.precision):
+        model = Seq2SeqTransformer(
+            vocab_size, vocab_size, fmt.source_length, fmt.target_length,
+            dim=config.dim, heads=config.heads, ff_dim=config.ff_dim, encoder_layers=config.encoder_layers,
+            decoder_layers=config.decoder_layers, dropout=config.dropout, positions=config.positions,
+            tie_embeddings=config.tie_embeddings, norm_first=config.norm_first,
+        )
     # constant rate in the optimizer; the callback warms up, then decays over the steps or the budget
     compile_seq2seq(model, config.learning_rate, config.warmup_steps, None, label_smoothing=config.label_smoothing,
                     weight_decay=config.weight_decay, jit_compile=config.jit_compile)

@@ -116,6 +116,8 @@ class ClassifyConfig:
     patience: int = setting(2, "training", "epochs without validation improvement before stopping")
     seed: int = setting(0, "training", "random seed")
     max_minutes: float | None = setting(None, "training", "stop after this many minutes, keeping the best weights")
+    precision: Literal["float32", "mixed_bfloat16"] = setting(
+        "float32", "training", "mixed_bfloat16: compute in bfloat16 (weights and outputs stay float32); see bench/precision.py")
 
     def __post_init__(self):
         hints = typing.get_type_hints(type(self))
@@ -256,9 +258,13 @@ class Classifier(TaskModel):
         self.tokenizer = tokenizer
         self.labels: list[str] = [str(label) for label in manifest["labels"]]
         self.kind: str = manifest.get("kind", "encoder")
+        # ids (batch, width) int32 -> probabilities (batch, classes) float32 on another runtime
+        # (kformer.runtimes.use_runtime); None: the Keras model
+        self.predictor = None
 
     def metadata(self) -> dict[str, Any]:
-        return {**super().metadata(), "labels": list(self.labels), "kind": self.kind}
+        runtime = getattr(self.predictor, "name", "keras")
+        return {**super().metadata(), "labels": list(self.labels), "kind": self.kind, "runtime": runtime}
 
     @property
     def max_length(self) -> int:
@@ -280,6 +286,8 @@ class Classifier(TaskModel):
 
     def _probabilities_of_ids(self, ids: np.ndarray) -> np.ndarray:
         """One batch: ids ``(batch, width)`` -> probabilities ``(batch, classes)`` float32."""
+        if self.predictor is not None:
+            return self.predictor(ids)
         if self.kind == "encoder":
             return np.asarray(self.model.predict_on_batch(ids), dtype="float32")
         import keras
@@ -638,7 +646,10 @@ def _run(config, labels, extra: dict, out: Path, state_dir: Path, data, resume: 
     train, valid, test = data
     set_seed(config.seed)
     vocabulary = _vocabulary(config, train.texts, state_dir, resume)
-    model, kind = _build_model(config, len(labels), vocabulary)
+    from kformer.precision import precision_scope
+
+    with precision_scope(config.precision):
+        model, kind = _build_model(config, len(labels), vocabulary)
     tokenizer = make_tokenizer(vocabulary, config.max_length, config.tokenizer, config.truncation) if kind == "encoder" else None
     manifest = _manifest(config, labels, kind)
     classifier = Classifier(out, manifest, model, tokenizer)

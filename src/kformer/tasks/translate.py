@@ -91,6 +91,8 @@ class TranslateConfig:
     curriculum_levels: int = setting(3, "training", "length levels of the curriculum")
     beam: int = setting(1, "training", "beam width for the test scores in metrics.json (1 = greedy)")
     max_minutes: float | None = setting(None, "training", "stop training after this many minutes, keeping the best weights")
+    precision: Literal["float32", "mixed_bfloat16"] = setting(
+        "float32", "training", "mixed_bfloat16: compute in bfloat16 (weights and outputs stay float32); see bench/precision.py")
     seed: int = setting(0, "training", "random seed for splits, shuffling and weights")
 
     def __post_init__(self):
@@ -388,7 +390,10 @@ def _fit(prepared: _Prepared, state_dir: Path, resume: bool, progress: Progress 
 
     config = prepared.config
     training.set_seed(config.seed)
-    model = _build_model(config, prepared.source_vocab, prepared.target_vocab)
+    from kformer.precision import precision_scope
+
+    with precision_scope(config.precision):
+        model = _build_model(config, prepared.source_vocab, prepared.target_vocab)
     sources, targets = prepared.train
     steps_per_epoch = math.ceil(len(sources) / config.batch_size)
     total_steps = config.epochs * steps_per_epoch

@@ -1,0 +1,87 @@
+"""kformer's word tokenizer as TensorFlow ops, so an exported SavedModel can take raw strings.
+
+:class:`GraphWordTokenizer` gives the ids :class:`kformer.text.words.WordTokenizer` gives (same
+lowercasing, ``<br />`` removal, accent stripping, split into words and punctuation marks,
+head/tail/head_tail truncation, unknown words as ``[UNK]``, an empty text as one ``[UNK]``), as a
+graph a SavedModel carries: TensorFlow's string ops, TensorFlow Text's ``normalize_utf8`` and
+``regex_split`` (a TF Serving build needs TensorFlow Text's ops for it) and a lookup table.
+Word-bigram vocabularies (``ngrams = 2``) are not supported here.
+
+Python's ``\\w`` and ``\\s`` are Unicode-aware; RE2's are ASCII only, so both are spelled out.
+Lowercasing follows ICU, which differs from Python's ``str.lower`` for a handful of characters
+(e.g. the dotted capital I).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import tensorflow as tf
+
+from kformer.errors import Unsupported
+from kformer.text.specials import PAD_ID, UNK_ID
+from kformer.text.words import TRUNCATIONS
+
+# Python's Unicode \w (letters, numbers, underscore) and \s, in RE2 syntax
+_WORD = r"[\p{L}\p{N}_]+"
+_SPACE = r"[\t\n\x{0B}\f\r\x{1C}-\x{1F} \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}]"
+_MARK = r"[^\p{L}\p{N}_\t\n\x{0B}\f\r\x{1C}-\x{1F} \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}]"
+_CHARS_PER_TOKEN = 16  # as WordTokenizer: very long texts are cut to characters before splitting
+
+
+class GraphWordTokenizer(tf.Module):
+    """Strings ``(batch,)`` -> ids ``(batch, max_length)`` int32, 0-padded (a ``tf.Module``; track
+    it in the export so its lookup table is saved)."""
+
+    def __init__(self, vocabulary: Sequence[str], max_length: int, truncation: str = "head"):
+        super().__init__(name="word_tokenizer")
+        if truncation not in TRUNCATIONS:
+            raise Unsupported(f"unknown truncation '{truncation}'", field="truncation")
+        if any(" " in token for token in vocabulary):
+            raise Unsupported("a word-bigram vocabulary (ngrams = 2) has no in-graph tokenizer", field="ngrams")
+        self.max_length = int(max_length)
+        self.truncation = truncation
+        keys = tf.constant(list(vocabulary))
+        values = tf.range(len(vocabulary), dtype=tf.int64)
+        self.table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(keys, values), UNK_ID)
+
+    def _cut_characters(self, texts):
+        """A text longer than twice the character budget keeps its head (and tail) characters."""
+        limit = self.max_length * _CHARS_PER_TOKEN
+        length = tf.strings.length(texts, unit="UTF8_CHAR")
+        head = tf.strings.substr(texts, 0, limit, unit="UTF8_CHAR")
+        if self.truncation == "head":
+            cut = head
+        else:
+            start = tf.maximum(length - limit, 0)
+            tail = tf.strings.substr(texts, start, tf.fill(tf.shape(start), limit), unit="UTF8_CHAR")
+            cut = tf.strings.join([head, tail], separator=" ")
+        return tf.where(length > 2 * limit, cut, texts)
+
+    def words(self, texts):
+        """Strings ``(batch,)`` -> a ragged ``(batch, None)`` of words and punctuation marks."""
+        import tensorflow_text as tf_text
+
+        text = tf.strings.lower(self._cut_characters(texts), encoding="utf-8")
+        text = tf.strings.regex_replace(text, r"<br\s*/?>", " ")
+        text = tf.strings.regex_replace(tf_text.normalize_utf8(text, "NFD"), r"\p{Mn}", "")
+        keep = f"{_WORD}|{_MARK}"
+        return tf_text.regex_split(text, f"{keep}|{_SPACE}+", keep)
+
+    def _truncate(self, words):
+        """Keep ``max_length`` words per row: the head, the tail, or a quarter head and the rest tail."""
+        n = self.max_length
+        head = {"head": n, "tail": 0, "head_tail": n // 4}[self.truncation]
+        lengths = words.row_lengths()
+        positions = tf.ragged.range(lengths)
+        total = tf.expand_dims(lengths, 1)
+        keep = (positions < head) | (positions >= total - (n - head)) | (total <= n)
+        return tf.ragged.boolean_mask(words, keep)
+
+    def __call__(self, texts):
+        words = self._truncate(self.words(tf.reshape(texts, [-1])))
+        ids = tf.ragged.map_flat_values(self.table.lookup, words)
+        ids = tf.cast(ids.to_tensor(default_value=PAD_ID, shape=[None, self.max_length]), tf.int32)
+        empty = tf.reduce_all(tf.equal(ids, PAD_ID), axis=1)
+        first = tf.where(empty, tf.constant(UNK_ID, tf.int32), ids[:, 0])
+        return tf.concat([first[:, None], ids[:, 1:]], axis=1)

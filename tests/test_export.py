@@ -1,0 +1,241 @@
+"""kformer export: SavedModel and ONNX round trips against the Keras models, the CLI, the serving
+runtime, and bad input. The tiny models are the serving tests' (trained once per session)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from server_helpers import tiny_models
+
+from kformer.cli import main
+from kformer.errors import BadInput, ModelNotFound
+from kformer.export import export
+
+TEXTS = ["my laptop screen is broken", "Refund my INVOICE, please!", "", "password locked <br /> café vpn",
+         "urgent " * 40 + "battery"]
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    return tiny_models(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def classifier(folders):
+    from kformer import load
+
+    return load(folders["tickets"])
+
+
+@pytest.fixture(scope="module")
+def translator(folders):
+    from kformer import load
+
+    return load(folders["en-ta"])
+
+
+def padded_sources(translator, texts):
+    from kformer.data.batching import pad_batch
+
+    return pad_batch(translator.encode_sources(texts), limit=translator.max_source_length)
+
+
+# --- classifier -----------------------------------------------------------------------------------
+
+
+def test_classifier_saved_model_matches_keras_for_ids_and_raw_texts(folders, classifier, tmp_path):
+    import tensorflow as tf
+
+    result = export(folders["tickets"], tmp_path / "sm", "saved_model")
+    out = tmp_path / "sm"
+    assert (out / "labels.txt").read_text(encoding="utf-8").splitlines() == classifier.labels
+    assert (out / "vocab.txt").read_text(encoding="utf-8").splitlines() == classifier.tokenizer.get_vocabulary()
+    metadata = json.loads((out / "metadata.json").read_text(encoding="utf-8"))
+    assert metadata == json.loads(json.dumps(result.metadata))
+    assert set(metadata["signatures"]) == {"serving_default", "texts"}
+    assert metadata["signatures"]["texts"]["outputs"]["labels"]["dtype"] == "string"
+    assert "token_ids" in (out / "README.txt").read_text(encoding="utf-8")
+
+    loaded = tf.saved_model.load(str(out / "1"))
+    expected = classifier.probabilities(TEXTS)
+    by_ids = loaded.signatures["serving_default"](token_ids=tf.constant(classifier.features(TEXTS)))
+    np.testing.assert_allclose(by_ids["probabilities"].numpy(), expected, atol=1e-5)
+    by_texts = loaded.signatures["texts"](texts=tf.constant(TEXTS))
+    np.testing.assert_allclose(by_texts["probabilities"].numpy(), expected, atol=1e-5)
+    labels = [label.decode() for label in by_texts["labels"].numpy()]
+    assert labels == [p["label"] for p in classifier.predict(TEXTS)]
+
+
+def test_graph_word_tokenizer_gives_the_python_tokenizers_ids():
+    import tensorflow as tf
+
+    from kformer.text.graph_words import GraphWordTokenizer
+    from kformer.text.vocabulary import RESERVED_TOKENS, encode
+    from kformer.text.words import WordTokenizer
+
+    vocabulary = [*RESERVED_TOKENS, "the", "laptop", "cafe", "!", "?", "screen", "12", "_x", "ு", "日本語"]
+    texts = ["The laptop!! screen", "", "  ", "Café<br />CAFE?", "über_x 12 naïve", "தமிழ் ok", "a\u00a0b\u2003c",
+             "x" * 600, " ".join(["the", "laptop", "screen", "cafe"] * 5), "日本語 the", "½ ² Ⅻ"]
+    for truncation in ("head", "tail", "head_tail"):
+        expected = encode(WordTokenizer(vocabulary, 8, truncation), texts)
+        got = GraphWordTokenizer(vocabulary, 8, truncation)(tf.constant(texts)).numpy()
+        np.testing.assert_array_equal(got, expected, err_msg=truncation)
+
+
+def test_classifier_onnx_through_the_cli_matches_keras(folders, classifier, tmp_path, capsys):
+    import onnxruntime as ort
+
+    out = tmp_path / "onnx"
+    assert main(["export", str(folders["tickets"]), "--format", "onnx", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "model.onnx: token_ids -> probabilities" in printed
+    assert sorted(p.name for p in out.iterdir()) == ["README.txt", "labels.txt", "metadata.json", "model.onnx",
+                                                      "vocab.txt"]
+    session = ort.InferenceSession(str(out / "model.onnx"))
+    ids = classifier.features(TEXTS)
+    np.testing.assert_allclose(session.run(None, {"token_ids": ids})[0], classifier.probabilities(TEXTS), atol=1e-4)
+
+    # an earlier export is replaced whole (no file of the old format stays behind)
+    assert main(["export", str(folders["tickets"]), "--format", "saved_model", "--out", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["format"] == "saved_model"
+    assert not (out / "model.onnx").exists() and (out / "1" / "saved_model.pb").is_file()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging left
+
+
+def test_onnx_runtime_serves_the_same_predictions(folders, classifier):
+    import asyncio
+
+    from test_server_api import serving
+
+    from kformer import load
+    from kformer.runtimes import use_runtime
+    from kformer.server import ServeConfig
+
+    onnx = use_runtime(load(folders["tickets"]), "onnx")
+    assert onnx.metadata()["runtime"] == "onnx" and classifier.metadata()["runtime"] == "keras"
+    np.testing.assert_allclose(onnx.probabilities(TEXTS), classifier.probabilities(TEXTS), atol=1e-4)
+    assert onnx.attention_maps(TEXTS[0]).maps["encoder"].shape[:2] == (1, 2)  # still the Keras network
+
+    async def ask():
+        async with serving({"tickets": folders["tickets"]}, ServeConfig(runtime="onnx")) as (client, _):
+            answer = await client.post("/v1/models/tickets:predict", json={"instances": TEXTS[:2]})
+            metadata = await client.get("/v1/models/tickets/metadata")
+            return answer.json(), metadata.json()
+
+    answer, metadata = asyncio.run(ask())
+    assert metadata["runtime"] == "onnx"
+    assert [p["label"] for p in answer["predictions"]] == [p["label"] for p in classifier.predict(TEXTS[:2])]
+    with pytest.raises(BadInput, match="runtime"):
+        ServeConfig(runtime="tflite")
+
+
+# --- translate and arithmetic ---------------------------------------------------------------------
+
+
+def test_translator_saved_model_encoder_decoder_step_and_greedy(folders, translator, tmp_path, eager_decoding):
+    import tensorflow as tf
+
+    from kformer.layers import padding_mask
+    from kformer.models.generation import greedy_decode
+
+    export(folders["en-ta"], tmp_path / "sm")
+    assert (tmp_path / "sm" / "vocab.spm").is_file()
+    loaded = tf.saved_model.load(str(tmp_path / "sm" / "1"))
+    assert set(loaded.signatures) == {"serving_default", "encode", "decode_step"}
+    model = translator.model
+    source = padded_sources(translator, ["one two", "three", "seven nine"])
+    encoded, _ = model.encode(source, training=False)
+    got = loaded.signatures["encode"](source_ids=tf.constant(source))["encoder_outputs"].numpy()
+    np.testing.assert_allclose(got, np.asarray(encoded), atol=1e-5)
+    target_in = np.array([[2, 5, 9], [2, 7, 0], [2, 4, 4]], dtype="int32")[:, :2]
+    expected = model.decode(target_in, encoded, padding_mask(source), training=False)[:, -1, :]
+    step = loaded.signatures["decode_step"](target_in=tf.constant(target_in), encoder_outputs=tf.constant(got),
+                                            source_ids=tf.constant(source))["logits"].numpy()
+    np.testing.assert_allclose(step, np.asarray(expected), atol=1e-5)
+
+    generated = loaded.signatures["serving_default"](source_ids=tf.constant(source))["target_ids"].numpy()
+    reference = greedy_decode(model, source, model.max_target_length)
+    np.testing.assert_array_equal(generated[:, : reference.shape[1]], reference)
+    assert (generated[:, reference.shape[1]:] == 0).all()
+
+
+def test_translator_onnx_encoder_and_decoder_step(folders, translator, tmp_path):
+    import onnxruntime as ort
+
+    from kformer.layers import padding_mask
+
+    result = export(folders["en-ta"], tmp_path / "onnx", "onnx")
+    assert result.metadata["files"] == ["encoder.onnx", "decoder_step.onnx"]
+    model = translator.model
+    source = padded_sources(translator, ["one two", "three"])
+    encoder = ort.InferenceSession(str(tmp_path / "onnx" / "encoder.onnx"))
+    step = ort.InferenceSession(str(tmp_path / "onnx" / "decoder_step.onnx"))
+    encoded = encoder.run(None, {"source_ids": source})[0]
+    np.testing.assert_allclose(encoded, np.asarray(model.encode(source, training=False)[0]), atol=1e-4)
+    target_in = np.array([[2, 6, 8], [2, 5, 5]], dtype="int32")
+    logits = step.run(None, {"target_in": target_in, "encoder_outputs": encoded, "source_ids": source})[0]
+    expected = model.decode(target_in, encoded, padding_mask(source), training=False)[:, -1, :]
+    np.testing.assert_allclose(logits, np.asarray(expected), atol=1e-4)
+
+
+def test_arithmetic_saved_model_solves_as_kformer_does(folders, tmp_path, eager_decoding):
+    import tensorflow as tf
+
+    from kformer import load
+
+    model = load(folders["arith"])
+    result = export(folders["arith"], tmp_path / "sm")
+    assert result.metadata["arithmetic_format"] == model.format.to_json()
+    vocabulary = (tmp_path / "sm" / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    assert vocabulary == model.format.vocabulary.to_json()
+    problems = [(12, "+", 34), (99, "-", 5), (7, "+", 80)]
+    loaded = tf.saved_model.load(str(tmp_path / "sm" / "1"))
+    ids = loaded.signatures["serving_default"](source_ids=tf.constant(model.format.encode_sources(problems)))
+    answers = [model.format.decode_answer(row) for row in ids["target_ids"].numpy()]
+    assert answers == model.solve(problems)
+
+
+# --- bad input ------------------------------------------------------------------------------------
+
+
+def test_export_refuses_what_it_must_not_overwrite_or_cannot_read(folders, tmp_path, capsys):
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "keep.txt").write_text("mine", encoding="utf-8")
+    with pytest.raises(BadInput, match="something other than a kformer export") as caught:
+        export(folders["tickets"], other)
+    assert caught.value.field == "out" and (other / "keep.txt").read_text(encoding="utf-8") == "mine"
+    with pytest.raises(BadInput, match="is a file"):
+        export(folders["tickets"], other / "keep.txt")
+    with pytest.raises(BadInput, match="saved_model, onnx") as caught:
+        export(folders["tickets"], tmp_path / "x", "tflite")
+    assert caught.value.field == "format"
+    with pytest.raises(ModelNotFound):
+        export(tmp_path / "missing", tmp_path / "y")
+
+    assert main(["export", str(folders["tickets"]), "--out", str(other)]) == 2
+    assert capsys.readouterr().err.startswith("kformer: error: --out ")
+    assert main(["export", str(tmp_path / "missing"), "--out", str(tmp_path / "z")]) == 3
+    assert "kformer: error:" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes"]  # nothing written by the failures
+
+
+def test_kformer_threads_is_checked_and_sets_tensorflows_pools(monkeypatch):
+    from kformer.threads import configure_threads, thread_count, usable_cores
+
+    monkeypatch.setenv("KFORMER_THREADS", "3")
+    monkeypatch.delenv("TF_NUM_INTRAOP_THREADS", raising=False)
+    monkeypatch.delenv("TF_NUM_INTEROP_THREADS", raising=False)
+    assert thread_count() == 3 and configure_threads() == 3
+    import os
+
+    assert os.environ["TF_NUM_INTRAOP_THREADS"] == "3" and os.environ["TF_NUM_INTEROP_THREADS"] == "2"
+    monkeypatch.setenv("KFORMER_THREADS", "0")
+    with pytest.raises(BadInput, match="KFORMER_THREADS"):
+        configure_threads()
+    assert configure_threads(strict=False) is None
+    assert main(["export", "x", "--out", "y"]) == 2
+    monkeypatch.delenv("KFORMER_THREADS")
+    assert thread_count() == usable_cores() >= 1
