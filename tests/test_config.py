@@ -93,5 +93,8 @@ def test_cli_shows_the_field_as_its_flag():
     assert flag_for(classify, "nothing_like_it") is None
     error = BadInput("{field} must be at least 1, not 0", field="max_length")
     assert error_line(error, classify) == "kformer: error: --max-length must be at least 1, not 0"
+    # a fault in a recipe file names the recipe's key, not the flag
+    recipe_error = pytest.raises(BadInput, build_config, Toy, {"dim": "8"}, sources=("recipe mine.toml",)).value
+    assert error_line(recipe_error, classify) == "kformer: error: recipe mine.toml: setting dim = '8' must be a whole number"
     assert str(error) == "max_length must be at least 1, not 0"  # the library names the argument
     assert isinstance(error, KformerError) and error.exit_code == 2 and error.http_status == 422

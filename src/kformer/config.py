@@ -131,11 +131,16 @@ def build_config(config_cls, *layers: dict[str, Any] | None, sources: tuple[str,
             if value is None:
                 continue
             name = key.split(".", 1)[1] if "." in key else key
-            if name not in known or ("." in key and key.split(".")[0] != known[name].metadata["section"]):
-                raise BadInput(
-                    f"{source}: unknown setting {{field}}; known: {', '.join(known)}", field=key
-                )
-            values[name] = coerce(value, hints[name], name)
+            try:
+                if name not in known or ("." in key and key.split(".")[0] != known[name].metadata["section"]):
+                    raise BadInput(f"{source}: unknown setting {{field}}; known: {', '.join(known)}", field=key)
+                values[name] = coerce(value, hints[name], name)
+            except BadInput as exc:
+                if source.startswith("recipe"):  # the fault is in the file: name its key, not a flag
+                    message = exc.message_for(key)
+                    message = message if message.startswith(source) else f"{source}: {message}"
+                    raise BadInput(message, field=key) from None
+                raise
     return config_cls(**values)
 
 
