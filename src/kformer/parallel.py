@@ -1,0 +1,233 @@
+"""Data-parallel training on several processes and hosts, on Keras' own distribution engine.
+
+The engine is :class:`keras.distribution.DataParallel` on the JAX backend (CPU collectives
+through gloo, GPUs through NCCL): every process holds the whole model, each step's global batch is
+split across all devices of all processes, and the gradients are all-reduced, so N processes train
+in lockstep exactly as one process would on the same global batch. kformer adds the rules around it:
+
+- :class:`DistributeConfig` says who this process is (``--coordinator HOST:PORT --num-processes N
+  --process-id I``, Keras' ``KERAS_DISTRIBUTION_*`` variables, or a Slurm / Open MPI job that JAX
+  detects by itself); :func:`start` joins the job before any computation and gives a
+  :class:`Cluster`.
+- The batch size is *global* and must divide by the number of devices
+  (:meth:`Cluster.check_batch_size`).
+- Length-bucketed batches cannot be sharded by Keras (their size is unknown to it), so every
+  process builds the same global batches from the same seed and keeps its own rows
+  (:class:`ProcessBatches`); a batch is cut to a multiple of the device count (at most
+  ``devices - 1`` rows of an epoch are left out, other ones each epoch when shuffled).
+- Clocks differ between processes: a time budget's stop decision is process 0's
+  (:meth:`Cluster.agree`, a broadcast after every batch).
+- Process 0 writes ``--out``; the others keep their checkpoints in a hidden folder beside it
+  (:meth:`Cluster.folder`), so ``--resume`` works on every host, and write no model folder. The
+  distribution is set only while the model is built and trained (:meth:`Cluster.scope`); scoring
+  and saving the model folder afterwards run without it, in each process on its own.
+
+TensorFlow's ``MultiWorkerMirroredStrategy`` is refused: it fails with Keras 3.15
+(keras-team/keras#20585).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from kformer.data.batching import BucketedBatches
+from kformer.errors import BadInput, Unsupported
+
+ENV_ADDRESSES = "KERAS_DISTRIBUTION_JOB_ADDRESSES"
+ENV_PROCESSES = "KERAS_DISTRIBUTION_NUM_PROCESSES"
+ENV_PROCESS_ID = "KERAS_DISTRIBUTION_PROCESS_ID"
+# environment variables of the cluster managers jax.distributed.initialize() detects by itself
+AUTO_DETECTED = {"SLURM_JOB_ID": "Slurm", "OMPI_COMM_WORLD_SIZE": "Open MPI"}
+TF_REFUSAL = (
+    "--distribute needs the JAX backend (KERAS_BACKEND=jax, or leave KERAS_BACKEND unset and kformer picks it); "
+    "TensorFlow's MultiWorkerMirroredStrategy fails with Keras 3.15 (keras-team/keras#20585)"
+)
+_ADDRESS = re.compile(r"^(?P<host>\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.\-]+):(?P<port>\d{1,5})$")
+
+
+@dataclass(frozen=True)
+class DistributeConfig:
+    """Who this process is in a data-parallel job.
+
+    ``coordinator`` is process 0's ``"HOST:PORT"`` (the same on every host; process 0 listens
+    there, on that interface only), ``num_processes`` the number of processes (one per host is
+    usual), ``process_id`` this one's number, ``0 .. num_processes - 1``. All three None: the job
+    comes from the environment (:meth:`from_env`), or it is this one process on all of this
+    machine's devices.
+    """
+
+    coordinator: str | None = None
+    num_processes: int | None = None
+    process_id: int | None = None
+
+    def __post_init__(self):
+        given = [self.coordinator is not None, self.num_processes is not None, self.process_id is not None]
+        if any(given) and not all(given) and not (self.num_processes == 1 and self.coordinator is None):
+            missing = [flag for flag, ok in zip(("coordinator", "num_processes", "process_id"), given, strict=True)
+                       if not ok]
+            raise BadInput("{field} is missing: a job of several processes needs --coordinator HOST:PORT, "
+                           "--num-processes N and --process-id I, the same coordinator on every host",
+                           field=missing[0])
+        if self.coordinator is not None and not _ADDRESS.match(self.coordinator):
+            raise BadInput(f"{{field}} must be HOST:PORT (process 0's address), got {self.coordinator!r}",
+                           field="coordinator")
+        if self.coordinator is not None and not 0 < int(self.coordinator.rsplit(":", 1)[1]) < 65536:
+            raise BadInput(f"{{field}}: port of {self.coordinator!r} must be 1 to 65535", field="coordinator")
+        if self.num_processes is not None and self.num_processes < 1:
+            raise BadInput(f"{{field}} must be at least 1, got {self.num_processes}", field="num_processes")
+        if self.process_id is not None and not 0 <= self.process_id < (self.num_processes or 1):
+            raise BadInput(f"{{field}} must be 0 to {(self.num_processes or 1) - 1}, got {self.process_id}",
+                           field="process_id")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> DistributeConfig:
+        """From Keras' ``KERAS_DISTRIBUTION_JOB_ADDRESSES`` (the first address is the coordinator),
+        ``KERAS_DISTRIBUTION_NUM_PROCESSES`` and ``KERAS_DISTRIBUTION_PROCESS_ID``; empty when
+        none is set (then Slurm / Open MPI are detected by JAX, or this machine is the job)."""
+        environ = os.environ if environ is None else environ
+        addresses = environ.get(ENV_ADDRESSES)
+
+        def number(name: str) -> int | None:
+            value = environ.get(name)
+            if value is None:
+                return None
+            try:
+                return int(value)
+            except ValueError:
+                raise BadInput(f"environment variable {name}={value!r} must be a whole number") from None
+
+        return cls(addresses.split(",")[0].strip() if addresses else None, number(ENV_PROCESSES), number(ENV_PROCESS_ID))
+
+    @property
+    def several_processes(self) -> bool:
+        """True when this process must join others (explicitly, or as a Slurm / Open MPI job)."""
+        if self.num_processes is not None:
+            return self.num_processes > 1
+        return any(name in os.environ for name in AUTO_DETECTED)
+
+
+def check_backend() -> None:
+    """Unsupported unless Keras runs on JAX (the only backend whose multi-process training works)."""
+    import keras
+
+    if keras.backend.backend() != "jax":
+        raise Unsupported(f"{TF_REFUSAL}; this process runs Keras on {keras.backend.backend()}", field="distribute")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The running job as this process sees it: its ``process_id`` of ``num_processes`` and the
+    number of ``devices`` in all processes together (the global batch is split across them)."""
+
+    process_id: int
+    num_processes: int
+    devices: int
+
+    @property
+    def chief(self) -> bool:
+        """Process 0: it writes ``--out`` and decides when a time budget is spent."""
+        return self.process_id == 0
+
+    def check_batch_size(self, batch_size: int) -> None:
+        """BadInput naming ``batch_size`` unless the global batch splits evenly across the devices."""
+        if batch_size % self.devices:
+            lower = max(batch_size - batch_size % self.devices, self.devices)
+            raise BadInput(f"{{field}} {batch_size} is the global batch and must divide by the {self.devices} devices "
+                           f"of this job ({self.num_processes} processes): use {lower} or "
+                           f"{lower + self.devices}", field="batch_size")
+
+    def folder(self, out: str | os.PathLike) -> Path:
+        """Where this process writes: ``out`` for process 0; for process I the hidden folder
+        ``.NAME.process-I`` beside ``out`` (its checkpoints, for ``--resume``; no model folder)."""
+        out = Path(out)
+        return out if self.chief else out.parent / f".{out.name}.process-{self.process_id}"
+
+    def batches(self, x, y, batch_size: int, **options) -> ProcessBatches:
+        """This process's part of the global length-bucketed batches (see :class:`ProcessBatches`)."""
+        return ProcessBatches(x, y, batch_size, cluster=self, **options)
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        """Keras' DataParallel over every device of the job while the block runs (build and fit
+        the model inside it; score and save outside)."""
+        import keras
+
+        distribution = keras.distribution.DataParallel(devices=keras.distribution.list_devices(),
+                                                       auto_shard_dataset=False)
+        with distribution.scope():
+            yield
+
+    def agree(self, decision: bool) -> bool:
+        """Process 0's ``decision``, in every process (a collective: every process must call it at
+        the same point). One process: ``decision`` itself."""
+        if self.num_processes == 1:
+            return bool(decision)
+        from jax.experimental import multihost_utils
+
+        return bool(multihost_utils.broadcast_one_to_all(np.asarray(bool(decision))))
+
+
+_cluster: Cluster | None = None
+
+
+def start(config: DistributeConfig | None = None) -> Cluster:
+    """Join the job ``config`` describes (once per process; later calls return the same cluster).
+
+    Must run before Keras computes anything; the backend must be JAX (else Unsupported). With
+    several processes, process 0's coordinator listens on the coordinator's own address
+    (``JAX_COORDINATOR_BIND_ADDRESS``, unless already set), not on every interface, and CPU
+    collectives go through gloo. It waits until every process has joined.
+    """
+    global _cluster
+    if _cluster is not None:
+        return _cluster
+    check_backend()
+    import jax
+    import keras
+
+    config = config or DistributeConfig.from_env()
+    if config.several_processes:
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        if config.coordinator is not None:
+            os.environ.setdefault("JAX_COORDINATOR_BIND_ADDRESS", config.coordinator)
+        keras.distribution.initialize(config.coordinator, config.num_processes, config.process_id)
+    _cluster = Cluster(jax.process_index(), jax.process_count(), len(keras.distribution.list_devices()))
+    return _cluster
+
+
+class ProcessBatches(BucketedBatches):
+    """This process's rows of the global length-bucketed batches of :class:`BucketedBatches`.
+
+    Every process arranges the same global batches (same rows, seed and epoch); each global batch
+    is cut to a multiple of ``cluster.devices`` rows (empty ones dropped), and process ``p`` keeps
+    rows ``p * k .. (p + 1) * k`` of it (``k`` = rows / processes), padded to the *global* batch's
+    width so that all processes feed one shape. ``batches[i]`` is ``(x (k, width), y)`` or
+    ``(x, y, sample_weight)``, as in :class:`BucketedBatches`.
+    """
+
+    def __init__(self, x, y, batch_size: int = 32, *, cluster: Cluster, **options):
+        self.cluster = cluster
+        super().__init__(x, y, batch_size, **options)
+
+    def _arrange(self) -> None:
+        super()._arrange()
+        devices = self.cluster.devices
+        cut = [rows[: len(rows) - len(rows) % devices] for rows in self.batches]
+        self.batches = [rows for rows in cut if len(rows)]
+
+    def __getitem__(self, index):
+        rows = self.batches[index]
+        width = self.width(rows)
+        share = len(rows) // self.cluster.num_processes
+        mine = rows[self.cluster.process_id * share : (self.cluster.process_id + 1) * share]
+        x = self.x[mine, :width]
+        if self.sample_weight is None:
+            return x, self.y[mine]
+        return x, self.y[mine], self.sample_weight[mine]
