@@ -170,7 +170,7 @@ def main() -> None:
     one, two = _run(1, args), _run(2, args)
     rows = [{"run": f"{r['processes']} process(es), {r['devices']} device(s)", "examples/s": round(r["examples_per_s"], 1),
              "step ms": round(r["step_ms"], 1), "all-reduce ms": round(r["allreduce_ms"], 2)} for r in (one, two)]
-    notes = (f"`tickets` recipe, first {args.rows} training tickets, {args.steps} timed steps after a warm-up pass, "
+    notes = (f"`tickets` recipe, first {args.rows} training tickets, {args.steps} steps, the second epoch timed (the first compiles), "
              "global batch 64, 127.0.0.1.\n\n" + _model(one, two))
     record_or_print("Data-parallel training (kformer train --distribute)", rows, notes, record=not args.no_record)
 
