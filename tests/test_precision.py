@@ -29,11 +29,10 @@ def test_mixed_bfloat16_classifier_trains_saves_loads_and_predicts(tmp_path):
 
 
 def test_precision_takes_only_known_policies():
+    from kformer.config import as_config
     from kformer.tasks.arithmetic import ArithmeticConfig
     from kformer.tasks.classify import ClassifyConfig
     from kformer.tasks.translate import TranslateConfig
-
-    from kformer.config import as_config
 
     for config in (ClassifyConfig, TranslateConfig, ArithmeticConfig):
         assert as_config(config, {"precision": "mixed_bfloat16"}).precision == "mixed_bfloat16"
