@@ -4,6 +4,8 @@ and reading it back, is :mod:`kformer.folders`.)"""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import shutil
@@ -12,6 +14,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from kformer.errors import BadInput
 
 MANIFEST_NAME = "kformer.json"
 
@@ -65,20 +69,61 @@ def staged_folder(final_dir: str | os.PathLike) -> Iterator[Path]:
 
     On an exception the temporary folder is removed and ``final_dir`` is left as it was.
     Files already in ``final_dir`` that the new contents do not replace (checkpoints, logs,
-    curves written during training) are kept.
+    curves written during training) are kept. The new items are renamed in one by one, the
+    manifest last (a folder with a manifest is complete); the items they replace are parked
+    beside, so when a rename fails (a disk gone read-only) every item is put back as it was.
     """
     final_dir = Path(final_dir)
     final_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{final_dir.name}.", dir=final_dir.parent))
     try:
         yield staging
-    except BaseException:
+        final_dir.mkdir(exist_ok=True)
+        _swap_in(staging, final_dir)
+    finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _swap_in(staging: Path, final_dir: Path) -> None:
+    """Move every item of ``staging`` into ``final_dir`` (manifest last); all or nothing."""
+    parked = Path(tempfile.mkdtemp(prefix=f".{final_dir.name}.old.", dir=final_dir.parent))
+    moved: list[tuple[Path, Path | None]] = []  # (target, parked old item or None)
+    try:
+        for item in sorted(staging.iterdir(), key=lambda p: (p.name == MANIFEST_NAME, p.name)):
+            target = final_dir / item.name
+            old = None
+            if target.exists() or target.is_symlink():
+                old = parked / item.name
+                os.replace(target, old)
+            moved.append((target, old))
+            os.replace(item, target)
+    except BaseException:
+        for target, old in reversed(moved):  # undo, newest first; one that fails does not stop the rest
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target, ignore_errors=True)
+            else:
+                target.unlink(missing_ok=True)
+            if old is not None:
+                with contextlib.suppress(OSError):
+                    os.replace(old, target)
         raise
-    final_dir.mkdir(exist_ok=True)
-    for item in staging.iterdir():
-        target = final_dir / item.name
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target)
-        os.replace(item, target)
-    staging.rmdir()
+    finally:
+        shutil.rmtree(parked, ignore_errors=True)
+
+
+WRITE_ERRNOS = {errno.EROFS: "the disk is read-only", errno.ENOSPC: "the disk is full",
+                errno.EDQUOT: "the disk quota is used up", errno.EACCES: "no permission",
+                errno.EPERM: "no permission", errno.EFBIG: "the file is too large for the disk"}
+
+
+def write_error(exc: OSError, field: str | None = None) -> BadInput | None:
+    """A one-line BadInput for a write the disk refused (read-only, full, no permission), naming
+    the file and what to do; None for other OS errors (those are bugs, not the user's to fix)."""
+    why = WRITE_ERRNOS.get(exc.errno)
+    if why is None:
+        return None
+    where = exc.filename or "the output folder"
+    advice = "free some disk space" if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else "use a writable folder"
+    target = " or pass another {field}" if field else ""
+    return BadInput(f"cannot write {where}: {why} ({exc.strerror}); {advice}{target}. Nothing was changed",
+                    field=field)

@@ -109,8 +109,15 @@ def _attention(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with kformer's one-line errors: ``kformer: error: ...`` and exit status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"kformer: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="kformer",
         description=DESCRIPTION,
         epilog=EXAMPLES,
@@ -198,6 +205,16 @@ def _silence_native_stderr() -> None:
         pass
 
 
+def _use_jax_backend() -> None:
+    """``--distribute`` trains on Keras' JAX backend: select it before Keras is imported (Keras
+    reads ``KERAS_BACKEND`` once, at import). A backend the user chose is kept, and
+    :func:`kformer.parallel.check_backend` refuses it with a reason if it is not JAX."""
+    import kformer
+
+    if kformer.USER_BACKEND is None and "keras" not in sys.modules:
+        os.environ["KERAS_BACKEND"] = "jax"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, extras = parser.parse_known_args(argv)
@@ -213,6 +230,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
+        if getattr(args, "distribute", False):
+            _use_jax_backend()
         configure_threads()  # a bad KFORMER_THREADS is one line and exit status 2
         return int(handler(args) or 0)
     except KformerError as exc:
@@ -222,6 +241,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(interrupted_line(exc, list(sys.argv[1:] if argv is None else argv)), file=sys.stderr)
         return 130
     except Exception as exc:  # a bug, not bad input: one line unless the user asks for more
+        from kformer.artifacts import write_error
+
+        refused = write_error(exc) if isinstance(exc, OSError) else None  # read-only or full disk
+        if refused is not None:
+            print(error_line(refused), file=sys.stderr)
+            return refused.exit_code
         if os.environ.get("KFORMER_DEBUG"):
             raise
         first_line = (str(exc).strip().splitlines() or [""])[0][:300]

@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from kformer.cli.progress import add_log_flags, progress_for
 from kformer.errors import BadInput
 
 # flags of `train classify` that set a ClassifyConfig field of the same name
 SETTING_FLAGS = ("backbone", "epochs", "max_length", "batch_size", "learning_rate", "label_smoothing",
                  "class_weights", "vocab_size", "patience", "seed", "max_minutes", "text_column", "label_column")
-PREDICT_CHUNK = 4096  # texts per progress-bar step of `kformer predict`
+PREDICT_CHUNK = 4096  # texts read, labelled and written at a time by `kformer predict`
 
 
 def register(commands, train_tasks) -> None:
@@ -49,7 +52,8 @@ def register(commands, train_tasks) -> None:
     train.add_argument("--seed", type=int, metavar="N", help="random seed (default 0)")
     train.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
     train.add_argument("--max-minutes", type=float, metavar="M", help="stop training after M minutes, keeping the best weights")
-    train.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_log_flags(train)
+    add_distribute_flags(train)
     train.set_defaults(handler=train_command)
 
     predict = commands.add_parser(
@@ -70,6 +74,32 @@ def register(commands, train_tasks) -> None:
     predict.set_defaults(handler=predict_command)
 
 
+def add_distribute_flags(parser: argparse.ArgumentParser) -> None:
+    """``--distribute`` and the job's ``--coordinator``, ``--num-processes``, ``--process-id``."""
+    group = parser.add_argument_group(
+        "data-parallel training (README: Train on several machines)",
+        "Run the same command on every host, each with its own --process-id. Without --coordinator the job comes "
+        "from KERAS_DISTRIBUTION_* variables or Slurm / Open MPI, else it is this machine's devices. "
+        "--batch-size is the global batch; process 0 writes --out.")
+    group.add_argument("--distribute", action="store_true",
+                       help="train data-parallel on Keras' DataParallel (JAX backend) over every device of the job")
+    group.add_argument("--coordinator", metavar="HOST:PORT", help="address of process 0, the same on every host")
+    group.add_argument("--num-processes", type=int, metavar="N", help="processes in the job (one per host)")
+    group.add_argument("--process-id", type=int, metavar="I", help="this process: 0 (writes --out) to N-1")
+
+
+def distribute_config(args: argparse.Namespace):
+    """The :class:`~kformer.parallel.DistributeConfig` of ``--distribute`` (None without it)."""
+    job = (args.coordinator, args.num_processes, args.process_id)
+    if not args.distribute:
+        if any(value is not None for value in job):
+            raise BadInput("--coordinator, --num-processes and --process-id need {field}", field="distribute")
+        return None
+    from kformer.parallel import DistributeConfig
+
+    return DistributeConfig(*job) if any(value is not None for value in job) else DistributeConfig.from_env()
+
+
 # --- train classify --------------------------------------------------------------------------------
 
 
@@ -82,15 +112,14 @@ def train_command(args: argparse.Namespace) -> int:
     from kformer.tasks.classify import ClassifyConfig, train
 
     config = make_config(ClassifyConfig, "classify", args.recipe, {name: getattr(args, name) for name in SETTING_FLAGS})
-    progress = None
-    if not args.quiet:
-        from kformer.cli.progress import progress_printer
-
-        progress = progress_printer()
     out = _out_dir(args)
-    result = train(config, args.data, out, valid=args.valid, test=args.test, resume=args.resume, progress=progress,
-                   command=["kformer", *sys.argv[1:]])
-    print(_summary_line(result.metrics, out))
+    distribute = distribute_config(args)
+    chief = distribute is None or distribute.process_id in (None, 0)
+    result = train(config, args.data, out, valid=args.valid, test=args.test, resume=args.resume,
+                   progress=progress_for(args) if chief else None, command=["kformer", *sys.argv[1:]],
+                   distribute=distribute)
+    print(_summary_line(result.metrics, out) if result.folder == out else
+          f"process {distribute.process_id}: done; process 0 wrote the model (checkpoints for --resume in {result.folder})")
     return 0
 
 
@@ -106,57 +135,68 @@ def _summary_line(metrics: dict, out: Path) -> str:
 # --- predict -----------------------------------------------------------------------------------------
 
 
-def _texts_for_predict(args: argparse.Namespace, manifest: dict) -> list[str]:
-    from kformer.data.readers import read_unlabelled
+def _text_chunks(args: argparse.Namespace, manifest: dict) -> Iterator[list[str]]:
+    """The texts to label, :data:`PREDICT_CHUNK` at a time: from ``--data`` (streamed, so a file
+    of any size fits in memory), the arguments, or stdin lines."""
+    from kformer.data.readers import iter_texts
 
     if args.texts and args.data:
         raise BadInput("give texts as arguments or {field} FILE, not both", field="data")
     if args.data:
-        texts = read_unlabelled(args.data, args.text_column or manifest.get("text_column") or "text")
-    elif args.texts:
-        texts = list(args.texts)
-    elif sys.stdin is None or sys.stdin.isatty():
+        return iter_texts(args.data, args.text_column or manifest.get("text_column") or "text", PREDICT_CHUNK)
+    if args.texts:
+        return iter([list(args.texts)])
+    if sys.stdin is None or sys.stdin.isatty():
         raise BadInput("no texts: pass TEXT arguments, {field} FILE, or pipe lines on stdin", field="data")
-    else:
-        texts = [line.rstrip("\r\n") for line in sys.stdin]
-    if not texts:
-        raise BadInput("no texts to classify", field="texts")
-    return texts
+    return _chunks(line.rstrip("\r\n") for line in sys.stdin)
 
 
-def _predict_all(classifier, texts: list[str], args: argparse.Namespace) -> list[dict]:
-    """:meth:`Classifier.predict` in chunks, with a progress bar on stderr for long inputs."""
-    starts = range(0, len(texts), PREDICT_CHUNK)
-    if len(texts) > 256:
-        from tqdm import tqdm
-
-        starts = tqdm(starts, desc="predicting", unit="chunk", total=len(starts), leave=False)
-    results = []
-    for start in starts:
-        results += classifier.predict(texts[start:start + PREDICT_CHUNK], top_k=args.top_k, threshold=args.threshold,
-                                      unknown_label=args.unknown_label, batch_size=args.batch_size)
-    return results
+def _chunks(lines: Iterable[str]) -> Iterator[list[str]]:
+    chunk: list[str] = []
+    for line in lines:
+        chunk.append(line)
+        if len(chunk) == PREDICT_CHUNK:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def predict_command(args: argparse.Namespace) -> int:
+    """Label each chunk of texts and write its lines before reading the next (bounded memory)."""
+    from tqdm import tqdm
+
     from kformer.folders import read_manifest
 
     manifest = read_manifest(args.model_dir, task="classify")
-    texts = _texts_for_predict(args, manifest)  # before the model loads: bad input fails fast
+    chunks = _text_chunks(args, manifest)
+    first = next(chunks, [])  # before the model loads: a bad file or column fails fast
+    if not first:
+        raise BadInput("no texts to classify", field="texts")
 
     from kformer.tasks.classify import load
 
-    results = _predict_all(load(args.model_dir), texts, args)
-    if args.format == "jsonl":
-        for text, result in zip(texts, results, strict=True):
-            sys.stdout.write(json.dumps({"text": text, **result}, ensure_ascii=False) + "\n")
-        return 0
-    writer = csv.writer(sys.stdout)
-    writer.writerow(["text", "label", "probability", "unknown", "top_k"])
-    for text, result in zip(texts, results, strict=True):
-        top = ";".join(f"{t['label']}:{t['probability']:.4f}" for t in result["top_k"])
-        writer.writerow([text, result["label"], f"{result['probability']:.6f}", result["unknown"], top])
+    classifier = load(args.model_dir)
+    writer = csv.writer(sys.stdout) if args.format == "csv" else None
+    if writer is not None:
+        writer.writerow(["text", "label", "probability", "unknown", "top_k"])
+    with tqdm(desc="predicting", unit=" texts", disable=None, leave=False) as bar:  # only on a terminal
+        for texts in itertools.chain([first], chunks):
+            results = classifier.predict(texts, top_k=args.top_k, threshold=args.threshold,
+                                         unknown_label=args.unknown_label, batch_size=args.batch_size)
+            _write_results(texts, results, writer)
+            bar.update(len(texts))
     return 0
+
+
+def _write_results(texts: list[str], results: list[dict], writer) -> None:
+    """JSONL lines (``writer`` None) or CSV rows of one chunk's predictions."""
+    for text, result in zip(texts, results, strict=True):
+        if writer is None:
+            sys.stdout.write(json.dumps({"text": text, **result}, ensure_ascii=False) + "\n")
+        else:
+            top = ";".join(f"{t['label']}:{t['probability']:.4f}" for t in result["top_k"])
+            writer.writerow([text, result["label"], f"{result['probability']:.6f}", result["unknown"], top])
 
 
 # --- evaluate (called by kformer.cli for classify folders) -------------------------------------------

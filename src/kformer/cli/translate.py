@@ -15,7 +15,7 @@ from kformer.cli.progress import add_log_flags, progress_for
 from kformer.errors import BadInput
 
 # flags of `train translate` that override a setting of the same name
-SETTING_FLAGS = ("epochs", "seed", "curriculum", "shared_vocab", "vocab_size", "max_length", "batch_size",
+SETTING_FLAGS = ("epochs", "seed", "curriculum", "shared_vocab", "tokens", "vocab_size", "max_length", "batch_size",
                  "learning_rate", "beam", "max_minutes")
 
 
@@ -39,6 +39,9 @@ def register(commands, train_tasks) -> None:
     train.add_argument("--curriculum", action="store_true", default=None, help="train on short pairs first, adding longer ones epoch by epoch")
     train.add_argument("--shared-vocab", action=argparse.BooleanOptionalAction, default=None,
                        help="one subword vocabulary for both languages (default: on)")
+    train.add_argument("--tokens", choices=("auto", "subwords", "words"),
+                       help="subwords (SentencePiece) or whole words (every training word; for a handful of pairs, "
+                       "as the Tamil lesson's levels); default auto: words below 10 distinct training pairs")
     train.add_argument("--vocab-size", type=int, metavar="N", help="subword vocabulary size (per vocabulary)")
     train.add_argument("--max-length", type=int, metavar="N", help="subword tokens per sentence; longer training pairs are skipped (default: automatic)")
     train.add_argument("--batch-size", type=int, metavar="N", help="sentence pairs per training step")

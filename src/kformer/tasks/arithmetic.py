@@ -26,17 +26,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from kformer.artifacts import write_json_atomic
 from kformer.config import as_config, setting, to_dict
 from kformer.errors import BadInput
-from kformer.folders import read_manifest, write_model_folder
+from kformer.folders import TRAINING_DIR, read_manifest, write_model_folder
 from kformer.tasks.base import (
     AttentionMaps,
     Progress,
     TaskModel,
     TrainResult,
     check_texts,
-    prepare_training_dir,
-    remove_unfinished,
+    training_folder,
+    write_curves,
 )
 
 TASK = "arithmetic"
@@ -135,13 +136,11 @@ def train(
     config = as_config(ArithmeticConfig, config)
     out = Path(out)
     test_rows = _read_rows(test) if test is not None else None  # bad input fails before any writing
-    created = not out.exists()
-    state_dir = prepare_training_dir(out, resume)
-    try:
+    with training_folder(out, resume) as state_dir:  # refuses a foreign or busy folder; cleans up on failure
         if resume:
             config = _resumed_config(state_dir, config)
         else:
-            (state_dir / STATE_FILE).write_text(json.dumps({"settings": to_dict(config)}), encoding="utf-8")
+            write_json_atomic(state_dir / STATE_FILE, {"settings": to_dict(config)})
         model, seconds, steps, stopped = _fit(config, state_dir, resume, progress)
         arithmetic_model = ArithmeticModel(model, config.answer_format(), out, {})
         if test_rows is None:
@@ -161,9 +160,6 @@ def train(
             "recipe": to_dict(config),
         }
         _write_folder(out, model, config, metrics)
-    except BaseException:
-        remove_unfinished(out, created)
-        raise
     return TrainResult(folder=out, metrics=metrics, config=config)
 
 
@@ -247,7 +243,7 @@ def _write_folder(out: Path, model, config: ArithmeticConfig, metrics: dict) -> 
         "recipe": to_dict(config),
         "metrics": {k: metrics[k] for k in ("exact_match", "char_accuracy", "held_out_size", "train_seconds")},
     }
-    write_model_folder(out, TASK, model, manifest, metrics)
+    write_model_folder(out, TASK, model, manifest, metrics, lambda stage: write_curves(out / TRAINING_DIR, stage))
 
 
 # --- using a trained model ------------------------------------------------------------------------
@@ -259,9 +255,10 @@ def _solve(a: int, op: str, b: int) -> int:
     return solve(a, op, b)
 
 
-def _read_rows(data) -> list[tuple[Problem, int]]:
+def _read_rows(data, check=None) -> list[tuple[Problem, int]]:
     """Scored problems from a path (lines ``1234+4567=5801`` or ``1234+4567<TAB>5801``) or a list
-    of such lines or of ``((a, op, b), answer)`` pairs; blank lines are skipped."""
+    of such lines or of ``((a, op, b), answer)`` pairs; blank lines are skipped. ``check([problem])``
+    may refuse a parsed problem (a BadInput, reported with its line)."""
     from kformer.data.arithmetic import parse_problem_line
     from kformer.data.io import read_text_lines
     from kformer.errors import KformerError
@@ -279,8 +276,11 @@ def _read_rows(data) -> list[tuple[Problem, int]]:
             continue
         try:
             rows.append(parse_problem_line(str(line)))
+            if check is not None:
+                check([rows[-1][0]])
         except KformerError as exc:
-            raise BadInput(f"{name}, line {number}: {exc}", field="data") from None
+            reason = exc.message_for("").removeprefix(": ")
+            raise BadInput(f"{name}, line {number}: {reason}", field="data") from None
     if not rows:
         raise BadInput(f"{name} has no problems; write lines like 1234+4567=5801", field="data")
     return rows
@@ -360,7 +360,7 @@ class ArithmeticModel(TaskModel):
         ``out/evaluation.json``."""
         from kformer.artifacts import write_json_atomic
 
-        rows = _read_rows(data)
+        rows = _read_rows(data, check=self._problems)
         if limit is not None:
             rows = rows[: max(int(limit), 1)]
         report = {**self.score(rows, beam=beam, batch_size=batch_size), "data": str(data) if isinstance(data, str | os.PathLike) else "in memory"}

@@ -30,14 +30,13 @@ the common manifest keys of :mod:`kformer.folders`:
 from __future__ import annotations
 
 import contextlib
-import csv
 import dataclasses
 import json
 import math
 import os
 import typing
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -61,12 +60,15 @@ from kformer.tasks.base import (
     AttentionMaps,
     TaskModel,
     TrainResult,
+    check_out_folder,
     check_texts,
-    prepare_training_dir,
-    remove_unfinished,
+    resumable_state_dir,
+    training_folder,
+    write_curves,
 )
 
 if TYPE_CHECKING:
+    from kformer.parallel import Cluster, DistributeConfig
     from kformer.training import Progress
 
 TASK = "classify"
@@ -75,6 +77,7 @@ STATE_FILE = "state.json"
 SCRATCH_BACKBONES = ("scratch", "bert-scratch")
 # settings a resumed run takes from the caller; all others come from training/state.json
 RESUMABLE = ("epochs", "patience", "max_minutes")
+MAX_LABELS = 1000  # more labels in the training data is refused (see _read_all)
 
 Data = str | os.PathLike | tuple[Sequence[str], Sequence[str]] | LabelledTexts
 
@@ -201,6 +204,11 @@ def _read_all(config: ClassifyConfig, data: Data, valid: Data | None, test: Data
     if len(set(train.labels)) < 2:
         raise BadInput(f"{train.source} has a single label '{train.labels[0]}'; a classifier needs at least two",
                        field="data")
+    if len(set(train.labels)) > MAX_LABELS:
+        raise BadInput(
+            f"{train.source} has {len(set(train.labels)):,} different labels in {len(train):,} rows; kformer classifies "
+            f"into at most {MAX_LABELS:,} (its report and confusion matrix grow with the square): check "
+            "--label-column, or group rare labels", field="data")
     valid = None if valid is None else as_labelled(valid, *columns, "valid")
     if valid is None:
         check_label_counts(train.labels, 2, "a stratified hold-out needs")
@@ -343,30 +351,45 @@ class Classifier(TaskModel):
         """The REST form of :meth:`predict`: ``parameters`` may hold top_k, threshold, unknown_label."""
         return self.predict(check_texts(instances, "instances"), **self.check_parameters(parameters))
 
-    def scores(self, data: LabelledTexts, batch_size: int = 64) -> dict[str, Any]:
-        """:func:`kformer.metrics.classification_scores` of the model on ``data``; labels the model
-        never saw are listed after its own (always wrong)."""
+    def scores(self, data: LabelledTexts | Iterable[LabelledTexts], batch_size: int = 64) -> dict[str, Any]:
+        """:func:`kformer.metrics.classification_scores` of the model on ``data`` (LabelledTexts, or
+        chunks of them: only one chunk's texts are held at a time, the rest is counts); labels the
+        model never saw are listed after its own (always wrong)."""
+        from collections import Counter
+
         from kformer.metrics import classification_scores
 
-        probs = self.probabilities(data.texts, batch_size=batch_size)
-        predicted = [self.labels[i] for i in probs.argmax(axis=1)]
-        unseen = sorted(set(data.labels) - set(self.labels))
-        return {**classification_scores(data.labels, predicted, labels=self.labels + unseen), "unseen_labels": unseen}
+        counts: Counter[tuple[str, str]] = Counter()  # (true, predicted) -> rows
+        for chunk in [data] if isinstance(data, LabelledTexts) else data:
+            predicted = self.probabilities(chunk.texts, batch_size=batch_size).argmax(axis=1)
+            counts.update(zip(chunk.labels, (self.labels[i] for i in predicted), strict=True))
+        pairs = list(counts)
+        unseen = sorted({true for true, _ in pairs} - set(self.labels))
+        scores = classification_scores([t for t, _ in pairs], [p for _, p in pairs], labels=self.labels + unseen,
+                                       sample_weight=[counts[pair] for pair in pairs])
+        return {**scores, "unseen_labels": unseen}
 
     def evaluate(self, data: Data, *, batch_size: int = 64, out: str | os.PathLike | None = None,
                  limit: int | None = None, text_column: str | None = None,
                  label_column: str | None = None) -> dict[str, Any]:
         """Accuracy, macro-F1, per-class report, confusion matrix and ``unseen_labels`` on ``data``.
 
-        A file is read with the model's text/label columns unless others are given. With ``out``,
-        ``confusion.png`` and ``report.json`` are written there.
+        A file is read with the model's text/label columns unless others are given, and streamed
+        (:func:`~kformer.data.readers.iter_labelled`): memory stays bounded for a file of any size.
+        ``limit`` scores only the first rows. With ``out``, ``confusion.png`` and ``report.json``
+        are written there.
         """
-        data = as_labelled(data, text_column or self.manifest.get("text_column") or "text",
-                           label_column or self.manifest.get("label_column") or "label")
+        columns = (text_column or self.manifest.get("text_column") or "text",
+                   label_column or self.manifest.get("label_column") or "label")
         if limit is not None:
             limit = _positive_int(limit, "limit")
-            data = LabelledTexts(data.texts[:limit], data.labels[:limit], data.source)
-        scores = self.scores(data, batch_size)
+        if isinstance(data, str | os.PathLike):
+            from kformer.data.readers import iter_labelled
+
+            chunks: Iterable[LabelledTexts] = iter_labelled(data, *columns)
+        else:
+            chunks = [as_labelled(data, *columns)]
+        scores = self.scores(chunks if limit is None else _first_rows(chunks, limit), batch_size)
         if out is not None:
             from kformer.artifacts import staged_folder, write_json_atomic
             from kformer.viz import plot_confusion_matrix
@@ -406,6 +429,15 @@ class Classifier(TaskModel):
 predict = Classifier.predict
 evaluate = Classifier.evaluate
 attention_maps = Classifier.attention_maps
+
+
+def _first_rows(chunks: Iterable[LabelledTexts], limit: int) -> Iterator[LabelledTexts]:
+    """The chunks holding the first ``limit`` rows (the last one cut short); reading stops there."""
+    for chunk in chunks:
+        if limit <= 0:
+            return
+        yield LabelledTexts(chunk.texts[:limit], chunk.labels[:limit], chunk.source, chunk.dropped)
+        limit -= len(chunk)
 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:
@@ -454,7 +486,8 @@ def load(folder: str | os.PathLike) -> Classifier:
 
 def train(config: ClassifyConfig | dict[str, Any] | None = None, data: Data | None = None,
           out: str | os.PathLike | None = None, *, valid: Data | None = None, test: Data | None = None,
-          resume: bool = False, progress: Progress | None = None, command: list[str] | None = None) -> TrainResult:
+          resume: bool = False, progress: Progress | None = None, command: list[str] | None = None,
+          distribute: DistributeConfig | None = None) -> TrainResult:
     """Train a classifier on ``data``, score it on ``valid`` and ``test``, and write the folder ``out``.
 
     ``data``/``valid``/``test``: a file (CSV/TSV/JSONL, ``.gz``, or a folder of label folders), a
@@ -463,16 +496,24 @@ def train(config: ClassifyConfig | dict[str, Any] | None = None, data: Data | No
     last checkpoint with its saved settings and labels (only epochs, patience and max_minutes
     may change). ``progress`` receives :class:`~kformer.training.ProgressEvent` objects;
     ``command`` is recorded in ``metrics.json``. Bad input fails before anything is written, and
-    a failed fresh run leaves no folder behind.
+    a failed fresh run leaves no folder behind. ``distribute`` trains data-parallel as one process
+    of that job (:mod:`kformer.parallel`; JAX backend): ``batch_size`` is the global batch, process
+    0 writes ``out``, the others only their checkpoints beside it (their result's ``folder``).
     """
     config = as_config(ClassifyConfig, config)
     if out is None:
         raise BadInput("{field} is required: the model folder to write", field="out")
     out = Path(out)
     train_data, valid_data, test_data = _read_all(config, data, valid, test)
-    created = not out.exists()
+    cluster = None
+    if distribute is not None:
+        from kformer.parallel import start
+
+        cluster = start(distribute)  # waits for every process of the job
+        out = cluster.folder(out)
+    check_out_folder(out)
     if resume:  # settings, labels and auto choices as the run began
-        config, labels, auto = _saved_state(prepare_training_dir(out, resume=True), config)
+        config, labels, auto = _saved_state(resumable_state_dir(out), config)
         train_data, valid_data = _split(config, train_data, valid_data)
     else:
         _check_backbone(config)
@@ -482,17 +523,16 @@ def train(config: ClassifyConfig | dict[str, Any] | None = None, data: Data | No
     _check_labels(labels, train_data, "data", "label(s) {shown} of {field} are not among the checkpoint's labels; "
                   "resume with the same data or train into a new folder")
     _check_labels(labels, valid_data, "valid", "validation label(s) {shown} never occur in the training data; fix {field}")
-    try:
-        state_dir = prepare_training_dir(out, resume)
+    if cluster is not None:
+        cluster.check_batch_size(config.batch_size)
+    with training_folder(out, resume) as state_dir:  # refuses a foreign or busy folder; cleans up on failure
         if not resume:
             from kformer.artifacts import write_json_atomic
 
             write_json_atomic(state_dir / STATE_FILE, {"labels": labels, "settings": to_dict(config), "auto": auto})
         extra = {"auto": auto} if command is None else {"command": list(command), "auto": auto}
-        metrics = _run(config, labels, extra, out, state_dir, (train_data, valid_data, test_data), resume, progress)
-    except BaseException:
-        remove_unfinished(out, created)
-        raise
+        metrics = _run(config, labels, extra, out, state_dir, (train_data, valid_data, test_data), resume, progress,
+                       cluster)
     return TrainResult(out, metrics, config, auto)
 
 
@@ -531,6 +571,16 @@ def _vocabulary(config: ClassifyConfig, texts: Sequence[str], state_dir: Path, r
         vocabulary = learn_vocabulary(texts, config.vocab_size, config.tokenizer)
     save_vocabulary(vocabulary, path)
     return vocabulary
+
+
+def _vocabulary_summary(config: ClassifyConfig, vocabulary: list[str]) -> dict[str, Any]:
+    """``{"requested", "size"}`` of the learned vocabulary, and a ``note`` when the training text
+    had fewer distinct tokens than ``vocab_size`` (the vocabulary is then capped, not padded)."""
+    summary: dict[str, Any] = {"requested": config.vocab_size, "size": len(vocabulary)}
+    if len(vocabulary) < config.vocab_size:
+        summary["note"] = (f"the training text has only {len(vocabulary)} distinct tokens (reserved ones included), "
+                           f"fewer than vocab_size {config.vocab_size}: the vocabulary was capped")
+    return summary
 
 
 def _build_model(config: ClassifyConfig, n_labels: int, vocabulary: list[str] | None):
@@ -580,14 +630,17 @@ def _sample_weights(config: ClassifyConfig, labels: list[str], train_labels: lis
     return np.array([by_label[label] for label in train_labels], dtype="float32")
 
 
-def _batches(kind: str, ids, y, batch_size: int, shuffle: bool, seed: int = 0, sample_weight=None, first_epoch: int = 0):
+def _batches(kind: str, ids, y, batch_size: int, shuffle: bool, seed: int = 0, sample_weight=None, first_epoch: int = 0,
+             cluster: Cluster | None = None):
     """A ``tf.data.Dataset`` of length-bucketed batches (BERT models get their input dicts);
-    ``first_epoch`` is where a resumed run starts (it sees the order of that epoch)."""
+    ``first_epoch`` is where a resumed run starts (it sees the order of that epoch). With a
+    ``cluster``: this process's rows of the global batches."""
     from kformer.data.batching import BucketedBatches
     from kformer.models.pretrained import bert_inputs
 
-    data = BucketedBatches(ids, y, batch_size, shuffle=shuffle, seed=seed, sample_weight=sample_weight,
-                           first_epoch=first_epoch).dataset()
+    make = BucketedBatches if cluster is None else cluster.batches
+    data = make(ids, y, batch_size, shuffle=shuffle, seed=seed, sample_weight=sample_weight,
+                first_epoch=first_epoch).dataset()
     return data.map(bert_inputs) if kind == "bert" else data
 
 
@@ -606,7 +659,8 @@ def _manifest(config: ClassifyConfig, labels: list[str], kind: str) -> dict[str,
     }
 
 
-def _fit(classifier: Classifier, config: ClassifyConfig, splits, state_dir: Path, resume: bool, progress):
+def _fit(classifier: Classifier, config: ClassifyConfig, splits, state_dir: Path, resume: bool, progress,
+         cluster: Cluster | None = None):
     """Compile and train ``classifier.model`` in place; returns :class:`~kformer.training.FitResult`."""
     from kformer.training import fit, last_checkpoint
 
@@ -616,8 +670,9 @@ def _fit(classifier: Classifier, config: ClassifyConfig, splits, state_dir: Path
     weights = _sample_weights(config, classifier.labels, train.labels)
     done = last_checkpoint(state_dir) if resume else None
     train_batches = _batches(classifier.kind, x_train, _one_hot(train.labels, index), config.batch_size, True,
-                             config.seed, weights, first_epoch=0 if done is None else done[1])
-    valid_batches = _batches(classifier.kind, x_valid, _one_hot(valid.labels, index), max(config.batch_size, 64), False)
+                             config.seed, weights, first_epoch=0 if done is None else done[1], cluster=cluster)
+    valid_batches = _batches(classifier.kind, x_valid, _one_hot(valid.labels, index), max(config.batch_size, 64), False,
+                             cluster=cluster)
     model = classifier.model
     _compile(model, config, math.ceil(len(train) / config.batch_size))
     preprocessor = getattr(model, "preprocessor", None)
@@ -626,7 +681,7 @@ def _fit(classifier: Classifier, config: ClassifyConfig, splits, state_dir: Path
     try:
         return fit(model, train_batches, valid_batches, epochs=config.epochs, out_dir=state_dir,
                    patience=config.patience, max_minutes=config.max_minutes, resume=resume,
-                   batch_size=config.batch_size, progress=progress)
+                   batch_size=config.batch_size, progress=progress, agree=None if cluster is None else cluster.agree)
     finally:
         if classifier.kind == "bert":
             model.preprocessor = preprocessor
@@ -636,24 +691,29 @@ def _summary(scores: dict) -> dict:
     return {"accuracy": scores["accuracy"], "macro_f1": scores["macro_f1"], "n": scores["n"]}
 
 
-def _run(config, labels, extra: dict, out: Path, state_dir: Path, data, resume: bool, progress) -> dict[str, Any]:
-    """Build, fit, score and write the folder; returns the metrics written to metrics.json."""
+def _run(config, labels, extra: dict, out: Path, state_dir: Path, data, resume: bool, progress,
+         cluster: Cluster | None = None) -> dict[str, Any]:
+    """Build, fit, score and write the folder; returns the metrics written to metrics.json. With a
+    ``cluster`` the model is built and fitted data-parallel, scored in each process alone, and
+    written by process 0 only."""
     from kformer.folders import write_model_folder
     from kformer.text.vocabulary import make_tokenizer, save_vocabulary
     from kformer.training import set_seed
-    from kformer.viz import plot_confusion_matrix, plot_training_curves
+    from kformer.viz import plot_confusion_matrix
 
     train, valid, test = data
     set_seed(config.seed)
     vocabulary = _vocabulary(config, train.texts, state_dir, resume)
     from kformer.precision import precision_scope
 
-    with precision_scope(config.precision):
+    parallel = contextlib.nullcontext if cluster is None else cluster.scope
+    with parallel(), precision_scope(config.precision):
         model, kind = _build_model(config, len(labels), vocabulary)
     tokenizer = make_tokenizer(vocabulary, config.max_length, config.tokenizer, config.truncation) if kind == "encoder" else None
     manifest = _manifest(config, labels, kind)
     classifier = Classifier(out, manifest, model, tokenizer)
-    result = _fit(classifier, config, (train, valid), state_dir, resume, progress)
+    with parallel():
+        result = _fit(classifier, config, (train, valid), state_dir, resume, progress, cluster)
     batch_size = max(config.batch_size, 64)
     valid_scores = classifier.scores(valid, batch_size)
     test_scores = classifier.scores(test, batch_size) if test is not None else None
@@ -667,17 +727,19 @@ def _run(config, labels, extra: dict, out: Path, state_dir: Path, data, resume: 
         "splits": {"train": len(train), "valid": len(valid), "test": len(test) if test else 0,
                    "dropped_empty": train.dropped},
         "recipe": to_dict(config),
+        **({"vocabulary": _vocabulary_summary(config, vocabulary)} if vocabulary else {}),
         **extra,
     }
 
     def write_files(stage: Path) -> None:
         if vocabulary:
             save_vocabulary(vocabulary, stage / VOCAB_FILE)
-        plot_training_curves(_read_history(state_dir / "history.csv"), stage / "curves.png")
+        write_curves(state_dir, stage)
         plot_confusion_matrix(valid_scores["confusion"], valid_scores["labels"], stage / "confusion_valid.png")
 
-    with _quiet_custom_compile(kind):
-        write_model_folder(out, TASK, model, {**manifest, "metrics": metrics}, metrics, write_files)
+    if cluster is None or cluster.chief:
+        with _quiet_custom_compile(kind):
+            write_model_folder(out, TASK, model, {**manifest, "metrics": metrics}, metrics, write_files)
     return metrics
 
 
@@ -689,16 +751,3 @@ def _quiet_custom_compile(kind: str):
         if kind == "bert":
             warnings.filterwarnings("ignore", message=r"`compile\(\)` was not called")
         yield
-
-
-def _read_history(path: Path) -> dict[str, list[float]]:
-    """``training/history.csv`` as ``{metric: [value per epoch]}``."""
-    history: dict[str, list[float]] = {}
-    if not path.is_file():
-        return history
-    with open(path, encoding="utf-8", newline="") as handle:
-        for row in csv.DictReader(handle):
-            for key, value in row.items():
-                if key != "epoch" and value not in (None, ""):
-                    history.setdefault(key, []).append(float(value))
-    return history

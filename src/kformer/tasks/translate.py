@@ -1,8 +1,9 @@
 """Translation: train an encoder-decoder Transformer on sentence pairs, translate, score, explain.
 
 The model is a :class:`~kformer.models.seq2seq.Seq2SeqTransformer` over SentencePiece subwords
-learned from the training pairs only (one vocabulary for both sides by default). Both sides are
-NFC-normalised (:func:`kformer.data.pairs.normalize_text`).
+learned from the training pairs only (one vocabulary for both sides by default); a corpus of a
+handful of pairs gets whole words instead (``tokens``, :mod:`kformer.text.word_vocab`). Both sides
+are NFC-normalised (:func:`kformer.data.pairs.normalize_text`).
 
 Life cycle::
 
@@ -16,7 +17,8 @@ Life cycle::
 
 The folder: ``kformer.json`` (task ``translate``, the vocabulary files, the longest source and
 target, recipe, a metrics summary), ``model.keras``, ``vocab.spm`` (or ``source.spm`` and
-``target.spm``), ``metrics.json``, ``test_translations.json`` and ``training/`` (checkpoint,
+``target.spm``; ``words.txt`` or ``source_words.txt`` and ``target_words.txt`` for whole
+words), ``metrics.json``, ``test_translations.json`` and ``training/`` (checkpoint,
 logs, and what ``resume`` needs to rebuild the same model: ``state.json`` and the vocabularies).
 """
 
@@ -39,9 +41,10 @@ from kformer.tasks.base import (
     AttentionMaps,
     TaskModel,
     TrainResult,
+    check_out_folder,
     check_texts,
-    prepare_training_dir,
-    remove_unfinished,
+    training_folder,
+    write_curves,
 )
 
 if TYPE_CHECKING:
@@ -51,6 +54,10 @@ TASK = "translate"
 SHARED_VOCAB_FILE = "vocab.spm"
 SOURCE_VOCAB_FILE = "source.spm"
 TARGET_VOCAB_FILE = "target.spm"
+WORD_VOCAB_FILES = {"shared": "words.txt", "source": "source_words.txt", "target": "target_words.txt"}
+# Below this many distinct training pairs few substrings recur and SentencePiece learns little beyond single
+# characters (the Tamil lesson's five one-word pairs: 5-8 pieces per word); "auto" then takes whole words.
+TINY_CORPUS_PAIRS = 10
 STATE_FILE = "state.json"
 TEST_TRANSLATIONS_FILE = "test_translations.json"
 AUTO_LENGTH_RANGE = (8, 128)  # an automatic max_length stays within these subword counts
@@ -66,6 +73,9 @@ class TranslateConfig:
 
     vocab_size: int = setting(8000, "data", "subword vocabulary size (per vocabulary)")
     shared_vocab: bool = setting(True, "data", "one subword vocabulary for both languages")
+    tokens: Literal["subwords", "words"] | Auto = setting(
+        AUTO, "data", "subwords (SentencePiece, vocab_size) or words (every training word, unknown ones [UNK]); "
+        f"auto: words below {TINY_CORPUS_PAIRS} distinct training pairs")
     max_length: int | Auto = setting(
         AUTO, "data", "subwords per sentence; longer training pairs are skipped (auto: the 99th percentile, at most 128)"
     )
@@ -189,15 +199,25 @@ def _splits(config: TranslateConfig, train: list[Pair], valid, test):
 # --- vocabularies -------------------------------------------------------------------------------------
 
 
-def _vocab_files(shared: bool) -> dict[str, Any]:
+def _vocab_files(shared: bool, words: bool = False) -> dict[str, Any]:
+    if words:
+        names = WORD_VOCAB_FILES
+        return {"shared": shared, "kind": "words", "source": names["shared" if shared else "source"],
+                "target": names["shared" if shared else "target"]}
     if shared:
         return {"shared": True, "source": SHARED_VOCAB_FILE, "target": SHARED_VOCAB_FILE}
     return {"shared": False, "source": SOURCE_VOCAB_FILE, "target": TARGET_VOCAB_FILE}
 
 
+def _is_words(vocab) -> bool:
+    from kformer.text.word_vocab import WordVocabulary
+
+    return isinstance(vocab, WordVocabulary)
+
+
 def _save_vocabs(folder: Path, source_vocab, target_vocab) -> dict[str, Any]:
     """Write the vocabularies into ``folder``; returns their manifest entry."""
-    files = _vocab_files(source_vocab is target_vocab)
+    files = _vocab_files(source_vocab is target_vocab, _is_words(source_vocab))
     source_vocab.save(folder / files["source"])
     if not files["shared"]:
         target_vocab.save(folder / files["target"])
@@ -207,10 +227,13 @@ def _save_vocabs(folder: Path, source_vocab, target_vocab) -> dict[str, Any]:
 def _load_vocabs(folder: Path, files: dict[str, Any]):
     """``(source, target)`` vocabularies named by a manifest entry (the same object when shared)."""
     from kformer.text.subword import Subwords
+    from kformer.text.word_vocab import WordVocabulary
+
+    kind = WordVocabulary if files.get("kind") == "words" else Subwords
 
     def read(name: str):
         try:
-            return Subwords.load(folder / name)
+            return kind.load(folder / name)
         except KformerError as exc:
             raise CorruptModel(exc.message_for(), field="model_dir") from None
 
@@ -270,8 +293,7 @@ def train(
     started = time.monotonic()
     config = as_config(TranslateConfig, config)
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise BadInput(f"{{field}} {out} is a file; pass a folder to write the model into", field="out")
+    check_out_folder(out)
     pairs = read_pair_data(data, "data")
     given_valid = None if valid is None else read_pair_data(valid, "valid")
     given_test = None if test is None else read_pair_data(test, "test")
@@ -279,9 +301,7 @@ def train(
         config = _resumed_config(out, config)
     train_pairs, valid_pairs, test_pairs = _splits(config, pairs, given_valid, given_test)
     prepared = _prepare(config, train_pairs, valid_pairs, out if resume else None)
-    created = not out.exists()
-    state_dir = prepare_training_dir(out, resume)
-    try:
+    with training_folder(out, resume) as state_dir:  # refuses a foreign or busy folder; cleans up on failure
         if not resume:
             _write_state(state_dir, prepared)
         model, fit_result, steps = _fit(prepared, state_dir, resume, progress)
@@ -291,9 +311,6 @@ def train(
                            {"train": len(train_pairs), "valid": len(valid_pairs), "test": len(test_pairs)}, command)
         save(translator, out, to_dict(prepared.config), metrics,
              extra_files={TEST_TRANSLATIONS_FILE: _examples(test_pairs, hypotheses)})
-    except BaseException:
-        remove_unfinished(out, created)
-        raise
     return TrainResult(folder=out, metrics=metrics, config=prepared.config, auto=prepared.auto.to_json())
 
 
@@ -319,6 +336,7 @@ def _prepare(config: TranslateConfig, train: list[Pair], valid: list[Pair], resu
     import numpy as np
 
     from kformer.text.subword import learn_vocabularies
+    from kformer.text.word_vocab import learn_word_vocabularies
 
     started = time.monotonic()
     auto = AutoChoices()
@@ -327,9 +345,19 @@ def _prepare(config: TranslateConfig, train: list[Pair], valid: list[Pair], resu
         source_vocab, target_vocab = _load_vocabs(resume_from / TRAINING_DIR, state["vocab"])
         auto.chosen.update(state.get("auto", {}))
     else:
-        source_vocab, target_vocab = learn_vocabularies(
-            [p.source for p in train], [p.target for p in train], config.vocab_size, config.shared_vocab
-        )
+        distinct = len({(p.source, p.target) for p in train})  # repeating a pair adds no new substring
+        tiny = distinct < TINY_CORPUS_PAIRS
+        config = auto.resolve(config, tokens=(
+            "words" if tiny else "subwords",
+            f"{distinct} distinct training pairs: " + (f"below {TINY_CORPUS_PAIRS}, too few for SentencePiece to "
+                                                       "learn pieces beyond characters" if tiny
+                                                       else f"at least {TINY_CORPUS_PAIRS}"),
+        ))
+        sides = [p.source for p in train], [p.target for p in train]
+        if config.tokens == "words":
+            source_vocab, target_vocab = learn_word_vocabularies(*sides, config.shared_vocab)
+        else:
+            source_vocab, target_vocab = learn_vocabularies(*sides, config.vocab_size, config.shared_vocab)
     vocab_seconds = time.monotonic() - started
     sources = source_vocab.encode([p.source for p in train])
     targets = target_vocab.encode([p.target for p in train])
@@ -505,7 +533,7 @@ def save(translator: Translator, out: str | os.PathLike, recipe: dict, metrics: 
     ``metrics.json`` and any ``extra_files`` (name -> JSON data)."""
     from kformer.artifacts import write_json_atomic
 
-    vocab_files = _vocab_files(translator.source_vocab is translator.target_vocab)
+    vocab_files = _vocab_files(translator.source_vocab is translator.target_vocab, _is_words(translator.source_vocab))
     manifest = {
         "vocab": vocab_files,
         "max_source_length": translator.max_source_length,
@@ -518,6 +546,7 @@ def save(translator: Translator, out: str | os.PathLike, recipe: dict, metrics: 
         _save_vocabs(stage, translator.source_vocab, translator.target_vocab)
         for name, data in (extra_files or {}).items():
             write_json_atomic(stage / name, data)
+        write_curves(Path(out) / TRAINING_DIR, stage)
 
     return write_model_folder(out, TASK, translator.model, manifest, metrics, write_files=write_files)
 
