@@ -35,7 +35,7 @@ test: $(STAMP) browser  ## lint, the whole suite (TensorFlow), then the layer te
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
 
-bench: $(STAMP)  ## every side-by-side benchmark (long: about an hour on 2 CPUs)
+bench: $(STAMP)  ## every side-by-side benchmark (long: several hours on 2 CPUs; run nothing else meanwhile)
 	$(BIN)/python -m bench.encoder
 	$(BIN)/python -m bench.arithmetic
 	$(BIN)/python -m bench.decoding
@@ -44,6 +44,12 @@ bench: $(STAMP)  ## every side-by-side benchmark (long: about an hour on 2 CPUs)
 	$(BIN)/python -m bench.tickets
 	$(BIN)/python -m bench.en_es
 	$(BIN)/python -m bench.en_ta
+	$(BIN)/python -m bench.serve
+	$(BIN)/python -m bench.faults
+	$(BIN)/python -m bench.export
+	$(BIN)/python -m bench.precision
+	$(BIN)/python -m bench.distributed
+	$(BIN)/python bench/large_file.py --train
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .ruff_cache
