@@ -108,17 +108,20 @@ def test_attention_maps_as_arrays(trained):
     assert len(maps.to_json()["maps"]["encoder"]["weights"][0][1]) == 4
 
 
-def test_warmup_covers_every_width_a_request_can_bring(trained, monkeypatch):
+def test_warmup_covers_every_shape_a_request_can_bring(trained, monkeypatch):
     _, model = trained
-    widths = []
-    original = model._probabilities_of_ids
-    monkeypatch.setattr(model, "_probabilities_of_ids", lambda ids: widths.append(ids.shape[1]) or original(ids))
+    shapes = []
+    original = model._run_network
+    monkeypatch.setattr(model, "_run_network", lambda ids: shapes.append(ids.shape) or original(ids))
     model.warmup()
-    warmed = set(widths)
-    assert warmed == {8, 16}  # width buckets up to max_length 16
-    widths.clear()
-    model.predict([" ".join(["laptop"] * n) for n in range(1, 30)], batch_size=4)
-    assert set(widths) <= warmed
+    warmed = set(shapes)
+    assert warmed == {(rows, width) for rows in (1, 4, 16, 64) for width in (8, 16)}  # max_length 16
+    shapes.clear()
+    texts = [" ".join(["laptop"] * n) for n in range(1, 30)]
+    for batch_size in (1, 3, 5, 29):
+        alone = model.predict(texts, batch_size=batch_size)
+        assert alone == model.predict(texts, batch_size=64)  # padding rows changes no answer
+    assert set(shapes) <= warmed
 
 
 def test_old_folder_without_format_version_still_loads(trained, tmp_path):

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 CHUNK_BATCHES = 64  # training: rows are sorted by length within chunks of this many batches
+BATCH_BUCKETS = (1, 4, 16, 64)  # prediction and decoding batches are padded to one of these sizes
 
 
 def _width_ladder():
@@ -32,6 +33,20 @@ def bucket_width(longest: int, limit: int | None = None) -> int:
     if limit is not None:
         width = max(min(width, int(limit)), int(longest))
     return width
+
+
+def batch_bucket(rows: int) -> int:
+    """The size a prediction batch of ``rows`` is padded to: the smallest of :data:`BATCH_BUCKETS`
+    that holds it (a multiple of the largest beyond it), so compiled functions see few shapes."""
+    largest = BATCH_BUCKETS[-1]
+    return next((size for size in BATCH_BUCKETS if size >= rows), -(-rows // largest) * largest)
+
+
+def pad_rows(x: np.ndarray, rows: int) -> np.ndarray:
+    """``x`` ``(n, ...)`` with copies of its first row appended up to ``rows`` rows."""
+    if len(x) >= rows:
+        return x
+    return np.concatenate([x, np.repeat(x[:1], rows - len(x), axis=0)])
 
 
 def length_bucketed_batches(

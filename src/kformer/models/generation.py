@@ -23,11 +23,9 @@ import keras
 import numpy as np
 from keras import ops
 
-from kformer.data.batching import bucket_width
+from kformer.data.batching import BATCH_BUCKETS, bucket_width
 from kformer.errors import BadInput
 from kformer.text.specials import END_ID, PAD_ID, START_ID
-
-BATCH_BUCKETS = (1, 4, 16, 64)  # decoding batches are padded to one of these; larger ones are split
 
 # Ids a decoder may never emit.
 _FORBIDDEN = (PAD_ID, START_ID)

@@ -293,7 +293,16 @@ class Classifier(TaskModel):
         return bert_token_ids(self.model, [clean_text(t, limit) for t in texts])
 
     def _probabilities_of_ids(self, ids: np.ndarray) -> np.ndarray:
-        """One batch: ids ``(batch, width)`` -> probabilities ``(batch, classes)`` float32."""
+        """One batch: ids ``(batch, width)`` -> probabilities ``(batch, classes)`` float32.
+
+        The batch is padded to a :func:`~kformer.data.batching.batch_bucket` (and its width is
+        already a width bucket), so the network meets only the shapes :meth:`warmup` compiled.
+        """
+        from kformer.data.batching import batch_bucket, pad_rows
+
+        return self._run_network(pad_rows(ids, batch_bucket(len(ids))))[: len(ids)]
+
+    def _run_network(self, ids: np.ndarray) -> np.ndarray:
         if self.predictor is not None:
             return self.predictor(ids)
         if self.kind == "encoder":
@@ -419,11 +428,13 @@ class Classifier(TaskModel):
         return AttentionMaps({"encoder": stack}, {"encoder": tokens}, {"encoder": tokens}, output=label)
 
     def warmup(self) -> None:
-        """One prediction per width bucket up to ``max_length`` (every shape a request can bring)."""
-        from kformer.data.batching import bucket_width
+        """One prediction per batch bucket and width bucket up to ``max_length``: every shape a
+        request of up to 64 texts can bring, so none waits for a compile."""
+        from kformer.data.batching import BATCH_BUCKETS, bucket_width
 
         for width in sorted({bucket_width(n, self.max_length) for n in range(1, self.max_length + 1)}):
-            self._probabilities_of_ids(np.full((1, width), 1, dtype="int32"))
+            for rows in BATCH_BUCKETS:
+                self._probabilities_of_ids(np.full((rows, width), 1, dtype="int32"))
 
 
 predict = Classifier.predict
