@@ -220,8 +220,8 @@ def test_no_batching_calls_the_model_once_per_request():
     run(body())
 
 
-def test_full_queue_is_503_and_late_answers_are_504_and_skipped():
-    gate = threading.Event()
+def _blocking_model(gate: threading.Event):
+    """A FakeClassifier whose model call for the instance "block" waits (up to 10 s) for ``gate``."""
 
     class Blocking(FakeClassifier):
         def predict_instances(self, instances, parameters=None):
@@ -229,7 +229,13 @@ def test_full_queue_is_503_and_late_answers_are_504_and_skipped():
                 gate.wait(10)
             return super().predict_instances(instances, parameters)
 
-    model = Blocking()
+    return Blocking()
+
+
+def test_full_queue_is_503_and_late_answers_are_504_and_skipped():
+    gate = threading.Event()
+
+    model = _blocking_model(gate)
     config = ServeConfig(max_queue=2, timeout_s=0.5, batching=False)
 
     async def body():
@@ -263,13 +269,7 @@ def test_full_queue_is_503_and_late_answers_are_504_and_skipped():
 def test_a_client_that_disconnects_is_skipped():
     gate = threading.Event()
 
-    class Blocking(FakeClassifier):
-        def predict_instances(self, instances, parameters=None):
-            if instances[0] == "block":
-                gate.wait(10)
-            return super().predict_instances(instances, parameters)
-
-    model = Blocking()
+    model = _blocking_model(gate)
 
     async def gone_client(app):
         """A raw ASGI request whose client hangs up right after sending its body."""
