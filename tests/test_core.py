@@ -3,6 +3,7 @@
 import argparse
 import gzip
 import json
+import os
 import subprocess
 import sys
 
@@ -76,6 +77,23 @@ def test_staged_folder_replaces_only_on_success(tmp_path):
         raise RuntimeError("crash while writing")
     assert (final / "a.txt").read_text() == "first"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_staged_folder_removes_what_a_killed_writer_left(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    final = tmp_path / "model"
+    left = tmp_path / f".model.stage-{dead.pid}-abc"  # a writer killed mid-write (kill -9)
+    parked = tmp_path / f".model.old-{dead.pid}-abc"
+    busy = tmp_path / f".model.stage-{os.getpid()}-xyz"  # a live writer's: not touched
+    other = tmp_path / f".other.stage-{dead.pid}-abc"  # another folder's
+    for folder in (left, parked, busy, other):
+        folder.mkdir()
+        (folder / "model.keras").write_text("half")
+    with artifacts.staged_folder(final) as staging:
+        (staging / "a.txt").write_text("new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["model", busy.name, other.name])
+    assert (final / "a.txt").read_text() == "new"
 
 
 def test_keras_model_round_trip_and_corrupt_file(tmp_path):

@@ -8,6 +8,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -72,10 +73,12 @@ def staged_folder(final_dir: str | os.PathLike) -> Iterator[Path]:
     curves written during training) are kept. The new items are renamed in one by one, the
     manifest last (a folder with a manifest is complete); the items they replace are parked
     beside, so when a rename fails (a disk gone read-only) every item is put back as it was.
+    Staging folders carry their writer's process id; ones left by a process that was killed
+    (``kill -9`` mid-write) are removed by the next write of the same folder.
     """
     final_dir = Path(final_dir)
     final_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{final_dir.name}.", dir=final_dir.parent))
+    staging = new_staging_folder(final_dir)
     try:
         yield staging
         final_dir.mkdir(exist_ok=True)
@@ -86,7 +89,7 @@ def staged_folder(final_dir: str | os.PathLike) -> Iterator[Path]:
 
 def _swap_in(staging: Path, final_dir: Path) -> None:
     """Move every item of ``staging`` into ``final_dir`` (manifest last); all or nothing."""
-    parked = Path(tempfile.mkdtemp(prefix=f".{final_dir.name}.old.", dir=final_dir.parent))
+    parked = new_staging_folder(final_dir, "old")
     moved: list[tuple[Path, Path | None]] = []  # (target, parked old item or None)
     try:
         for item in sorted(staging.iterdir(), key=lambda p: (p.name == MANIFEST_NAME, p.name)):
@@ -109,6 +112,39 @@ def _swap_in(staging: Path, final_dir: Path) -> None:
         raise
     finally:
         shutil.rmtree(parked, ignore_errors=True)
+
+
+def new_staging_folder(final_dir: Path, kind: str = "stage") -> Path:
+    """A new empty hidden folder beside ``final_dir`` named after this process (``kind``: stage
+    for new contents, old for parked ones), once what killed writers left there is removed."""
+    remove_stale_staging(final_dir)
+    return Path(tempfile.mkdtemp(prefix=f".{final_dir.name}.{kind}-{os.getpid()}-", dir=final_dir.parent))
+
+
+def remove_stale_staging(final_dir: Path) -> list[Path]:
+    """Remove the staging/parking folders beside ``final_dir`` whose writing process is gone.
+
+    Returns what was removed. A folder whose process id is alive (another writer, or this one)
+    is left alone.
+    """
+    pattern = re.compile(rf"^\.{re.escape(final_dir.name)}\.(?:stage|old)-(\d+)-")
+    removed = []
+    for path in final_dir.parent.iterdir():
+        match = pattern.match(path.name)
+        if match and path.is_dir() and not _process_alive(int(match.group(1))):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
 
 
 WRITE_ERRNOS = {errno.EROFS: "the disk is read-only", errno.ENOSPC: "the disk is full",

@@ -39,12 +39,12 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kformer.artifacts import new_staging_folder
 from kformer.errors import BadInput, KformerError, Unsupported
 
 FORMATS = ("saved_model", "onnx")
@@ -181,7 +181,7 @@ class replaced_folder:  # noqa: N801  (a context manager used like a function)
 
     def __enter__(self) -> Path:
         self.out.parent.mkdir(parents=True, exist_ok=True)
-        self.stage = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.", dir=self.out.parent))
+        self.stage = new_staging_folder(self.out)
         return self.stage
 
     def __exit__(self, kind, value, traceback) -> None:
@@ -190,7 +190,7 @@ class replaced_folder:  # noqa: N801  (a context manager used like a function)
             return
         old = None
         if self.out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.old.", dir=self.out.parent))
+            old = new_staging_folder(self.out, "old")
             os.replace(self.out, old / "export")
         os.replace(self.stage, self.out)
         if old is not None:
