@@ -51,10 +51,12 @@ def linear_baseline(name: str, train, test, analyzer: str = "word", ngrams=(1, 2
 
 
 def kformer_run(name: str, train_path: Path, test_path: Path, recipe: str | Path | None = None,
-                settings: dict | None = None, out_dir: Path | None = None, throughput_texts: int = 5000) -> dict:
+                settings: dict | None = None, out_dir: Path | None = None, throughput_texts: int = 5000,
+                valid_path: Path | None = None) -> dict:
     """Train with ``kformer.tasks.classify.train`` (in this process), then timed prediction on the test file.
 
-    ``recipe`` (name or TOML path) then ``settings`` (``{name: value}``) configure the run.
+    ``recipe`` (name or TOML path) then ``settings`` (``{name: value}``) configure the run;
+    ``valid_path`` is the validation file (default: kformer's stratified hold-out of the training file).
     Accuracy comes from the test set, scored by kformer itself; throughput is measured by loading
     the saved folder and predicting the first ``throughput_texts`` test texts.
     """
@@ -66,7 +68,8 @@ def kformer_run(name: str, train_path: Path, test_path: Path, recipe: str | Path
     config = make_config(classify.ClassifyConfig, "classify", recipe, settings)
     print(f"+ {name}: recipe {recipe}, settings {settings or {}}, out {out_dir}", flush=True)
     with Timer() as wall:
-        metrics = classify.train(config, train_path, out_dir, test=test_path, progress=_epoch_lines).metrics
+        metrics = classify.train(config, train_path, out_dir, valid=valid_path, test=test_path,
+                                 progress=_epoch_lines).metrics
 
     texts = read_labelled(test_path).texts[:throughput_texts]
     classifier = classify.load(out_dir)
@@ -85,11 +88,11 @@ def kformer_run(name: str, train_path: Path, test_path: Path, recipe: str | Path
 
 
 def _epoch_lines(event) -> None:
-    """Progress of a benchmark run: one line per epoch."""
-    if event.stage == "epoch":
-        from kformer.cli.progress import format_event
-
-        print(format_event(event), flush=True)
+    """Progress of a benchmark run: the settings chosen, then one line per epoch."""
+    if event.stage == "settings":
+        print(event.message, flush=True)
+    elif event.stage == "epoch":
+        print(event.line(), flush=True)
 
 
 def parse_settings(items: list[str]) -> dict:

@@ -46,7 +46,7 @@ class _Json:
         self.stream = stream
 
     def __call__(self, event) -> None:
-        if event.stage in ("epoch", "done"):
+        if event.stage in ("settings", "epoch", "done"):
             print(json.dumps(event.to_json()), file=self.stream, flush=True)
 
 
@@ -55,7 +55,9 @@ class _Lines:
         self.stream, self.last_fraction = stream, -1.0
 
     def __call__(self, event) -> None:
-        if event.stage == "compiling":
+        if event.stage == "settings":
+            print(event.line(), file=self.stream, flush=True)
+        elif event.stage == "compiling":
             print("training started (the first step compiles the model)", file=self.stream, flush=True)
         elif event.stage == "epoch" and (event.fraction - self.last_fraction >= 0.1 - 1e-9 or event.fraction >= 1.0):
             self.last_fraction = event.fraction
@@ -71,6 +73,9 @@ class _Bar:
     def __call__(self, event) -> None:
         from tqdm.auto import tqdm
 
+        if event.stage == "settings":  # before the bar starts
+            print(event.line(), file=self.stream, flush=True)
+            return
         if self.bar is None:
             self.bar = tqdm(total=self.TOTAL, desc="compiling", file=self.stream, dynamic_ncols=True,
                             bar_format="{desc} {percentage:3.0f}%|{bar}| {elapsed}<{remaining} {postfix}")
