@@ -46,7 +46,9 @@ def test_train_from_a_tiny_file_writes_a_folder_with_auto_choices(runs):
     assert first.folder == out and runs["first_checkpoint"]["epochs_done"] == 1
     assert first.metrics["splits"]["train"] == first.metrics["splits"]["test"] == 16
     auto = json.loads((out / "metrics.json").read_text(encoding="utf-8"))["auto"]
-    assert set(auto) == {"tokens", "max_length", "warmup_steps"} and all(item["why"] for item in auto.values())
+    assert set(auto) == {"tokens", "max_length", "warmup_steps", "shared_vocab", "target_vocab_size", "tie_embeddings",
+                         "norm_first"}  # batch_size is given: no token budget
+    assert all(item["why"] for item in auto.values()) and first.config.batch_tokens == "auto"
     assert auto["tokens"]["value"] == "subwords"  # 16 distinct pairs: enough for SentencePiece
     assert first.config.max_length == auto["max_length"]["value"] >= 8  # resolved: a number, not "auto"
     assert first.config.warmup_steps == auto["warmup_steps"]["value"] == 1  # 5% of 2 steps, at least 1

@@ -24,6 +24,9 @@ from kformer.metrics import translation_scores
 
 TINY_RECIPE = """\
 vocab_size = 300
+shared_vocab = true
+tie_embeddings = false
+norm_first = false
 dim = 32
 heads = 2
 ff_dim = 64
@@ -31,7 +34,7 @@ encoder_layers = 1
 decoder_layers = 1
 dropout = 0.0
 epochs = 8
-batch_size = 16
+batch_tokens = 256
 learning_rate = 0.01
 warmup_steps = 20
 label_smoothing = 0.0
@@ -68,11 +71,13 @@ def test_train_writes_a_complete_folder(trained):
     metrics = json.loads((model / "metrics.json").read_text(encoding="utf-8"))
     assert metrics["splits"]["test"] == len(test) and metrics["splits"]["train"] == 400 - 20
     assert metrics["command"][:3] == ["kformer", "train", "translate"] and metrics["recipe"]["dim"] == 32
-    assert metrics["recipe"]["curriculum"] is True
+    assert metrics["recipe"]["curriculum"] is True and metrics["recipe"]["batch_size"] == "auto"  # packed by tokens
+    assert metrics["batches_per_epoch"] * 256 >= metrics["train_target_tokens"]
     assert metrics["train_seconds"] > 0 and metrics["test"]["n"] == len(test)
     # a word-for-word mapping of ten words is learned well in 8 tiny epochs (short pairs first)
     assert metrics["test"]["exact_match"] >= 0.6, metrics["test"]
-    assert "test BLEU" in done.stdout
+    assert "test BLEU" in done.stdout and "repetition" in done.stdout and 0 <= metrics["test"]["repetition"] <= 1
+    assert "auto: " in done.stdout and "max_length=" in done.stdout  # the auto choices, one line
 
 
 def test_translate_arguments_stdin_and_evaluate_agree(trained, monkeypatch, capsys):

@@ -127,6 +127,30 @@ def translation_scores(hypotheses, references) -> dict:
     }
 
 
+def longest_run(items) -> int:
+    """The most times one item follows itself in ``items`` (0 for none)."""
+    best = run = 0
+    previous = object()
+    for item in items:
+        run = run + 1 if item == previous else 1
+        best, previous = max(best, run), item
+    return best
+
+
+def repetition_share(hypotheses, pieces=None, max_run: int = 3) -> float:
+    """The share (0..1) of ``hypotheses`` in which a word -- or, with ``pieces`` (one id or piece
+    list per hypothesis, e.g. the target vocabulary's encoding), a subword -- repeats more than
+    ``max_run`` times in a row: the stuck loop of an undertrained decoder (``a a a a``, ``2000000``)."""
+    hypotheses = [str(h) for h in hypotheses]
+    if not hypotheses:
+        return 0.0
+    pieces = [[]] * len(hypotheses) if pieces is None else list(pieces)
+    if len(pieces) != len(hypotheses):
+        raise ValueError(f"{len(pieces)} piece lists but {len(hypotheses)} hypotheses")
+    stuck = sum(max(longest_run(h.split()), longest_run(p)) > max_run for h, p in zip(hypotheses, pieces, strict=True))
+    return stuck / len(hypotheses)
+
+
 # --- Classification report (helper A: classify) ---------------------------------------------------
 # Labels are the user's strings; scikit-learn does the arithmetic so the numbers match its docs.
 

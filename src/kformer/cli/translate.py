@@ -16,7 +16,7 @@ from kformer.errors import BadInput
 
 # flags of `train translate` that override a setting of the same name
 SETTING_FLAGS = ("epochs", "seed", "curriculum", "shared_vocab", "tokens", "vocab_size", "max_length", "batch_size",
-                 "learning_rate", "beam", "max_minutes")
+                 "batch_tokens", "learning_rate", "beam", "max_minutes")
 
 
 def register(commands, train_tasks) -> None:
@@ -36,16 +36,25 @@ def register(commands, train_tasks) -> None:
     train.add_argument("--max-minutes", type=float, metavar="M", help="stop training after M minutes, keeping the best weights")
     train.add_argument("--epochs", type=int, metavar="N", help="maximum epochs (early stopping may end sooner)")
     train.add_argument("--seed", type=int, metavar="N", help="random seed for splits, shuffling and weights (default 0)")
-    train.add_argument("--curriculum", action="store_true", default=None, help="train on short pairs first, adding longer ones epoch by epoch")
+    train.add_argument("--curriculum", action="store_true", default=None,
+                       help="train on short pairs first, as the Tamil lesson's levels: the first epochs see only the "
+                       "shorter pairs (3 length levels, one epoch each), later epochs all pairs")
     train.add_argument("--shared-vocab", action=argparse.BooleanOptionalAction, default=None,
-                       help="one subword vocabulary for both languages (default: on)")
+                       help="one subword vocabulary for both languages (default: auto, shared when both sides are "
+                       "in the same script)")
     train.add_argument("--tokens", choices=("auto", "subwords", "words"),
                        help="subwords (SentencePiece) or whole words (every training word; for a handful of pairs, "
                        "as the Tamil lesson's levels); default auto: words below 10 distinct training pairs")
-    train.add_argument("--vocab-size", type=int, metavar="N", help="subword vocabulary size (per vocabulary)")
+    train.add_argument("--vocab-size", type=int, metavar="N",
+                       help="subword vocabulary size (the shared or the source one; default: auto from the corpus)")
     train.add_argument("--max-length", type=int, metavar="N", help="subword tokens per sentence; longer training pairs are skipped (default: automatic)")
-    train.add_argument("--batch-size", type=int, metavar="N", help="sentence pairs per training step")
-    train.add_argument("--learning-rate", type=float, metavar="LR", help="peak learning rate (after warmup)")
+    train.add_argument("--batch-tokens", type=int, metavar="N",
+                       help="tokens per training batch: pairs of similar length packed up to N padded tokens "
+                       "(default: auto from the corpus and --max-minutes)")
+    train.add_argument("--batch-size", type=int, metavar="N",
+                       help="N sentence pairs per training step instead of packing by --batch-tokens")
+    train.add_argument("--learning-rate", type=float, metavar="LR",
+                       help="peak learning rate after warmup (default: auto from the model size)")
     train.add_argument("--beam", type=int, metavar="N", help="beam width for the test scores in metrics.json (1 = greedy)")
     train.add_argument("--resume", action="store_true",
                        help="continue from the last checkpoint in --out (same data; the vocabularies and model "
@@ -84,9 +93,13 @@ def train_command(args: argparse.Namespace) -> int:
     metrics, test = result.metrics, result.metrics["test"]
     budget = " (stopped by --max-minutes)" if metrics["stopped_by_time_budget"] else ""
     print(
-        f"test BLEU {test['bleu']:.2f}, chrF {test['chrf']:.2f}, exact match {test['exact_match']:.3f} "
-        f"on {test['n']} pairs; trained {metrics['train_seconds']:.0f} s{budget}; model written to {out}"
+        f"test BLEU {test['bleu']:.2f}, chrF {test['chrf']:.2f}, exact match {test['exact_match']:.3f}, "
+        f"repetition {test['repetition']:.1%} on {test['n']} pairs; trained {metrics['train_seconds']:.0f} s{budget}; "
+        f"model written to {out}"
     )
+    if result.auto:
+        print("auto: " + ", ".join(f"{name}={item['value']}" for name, item in result.auto.items())
+              + f" (reasons in {out / 'metrics.json'})")
     return 0
 
 
@@ -116,6 +129,7 @@ def evaluate(args: argparse.Namespace, model) -> int:
         print(json.dumps(scores))
     else:
         print(f"BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  exact match {scores['exact_match']:.3f}  "
-              f"n {scores['n']}  ({'greedy' if args.beam == 1 else f'beam {args.beam}'})")
+              f"repetition {scores['repetition']:.1%}  n {scores['n']}  "
+              f"({'greedy' if args.beam == 1 else f'beam {args.beam}'})")
         print(f"translations: {out / 'translations.json'}")
     return 0

@@ -73,6 +73,34 @@ def length_bucketed_batches(
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
+def token_budget_batches(
+    lengths: Sequence[int], batch_tokens: int, rng: np.random.Generator | None = None
+) -> list[np.ndarray]:
+    """Index batches of similar-length rows, each padded to at most ``batch_tokens`` tokens.
+
+    Rows are sorted by length (ties in random order with ``rng``) and cut greedily: a batch grows
+    while ``rows x bucket_width(longest row)`` stays within ``batch_tokens`` -- the size the
+    batch has once :func:`pad_batch` pads it. A row longer than the budget is a batch of its own.
+    So short sentences come many to a batch and long ones few, every batch costs about the same,
+    and every row appears once. The cut depends only on the multiset of lengths, so the number
+    of batches is the same every epoch; with ``rng`` the batches are then shuffled.
+    """
+    lengths = np.asarray(lengths)
+    budget = int(batch_tokens)
+    ties = np.arange(len(lengths)) if rng is None else rng.permutation(len(lengths))
+    order = ties[np.argsort(lengths[ties], kind="stable")]
+    batches, start = [], 0
+    while start < len(order):
+        end = start + 1
+        while end < len(order) and (end + 1 - start) * bucket_width(max(int(lengths[order[end]]), 1)) <= budget:
+            end += 1
+        batches.append(order[start:end])
+        start = end
+    if rng is None:
+        return batches
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
 def pad_batch(sequences: Sequence[Sequence[int]], limit: int | None = None) -> np.ndarray:
     """``(batch, width)`` int32, 0-padded to the longest row's :func:`bucket_width`."""
     longest = max((len(s) for s in sequences), default=1)

@@ -96,6 +96,36 @@ def read_document_ids(meta_path: str | os.PathLike) -> list[str]:
     return documents
 
 
+def read_segment_ids(meta_path: str | os.PathLike) -> list[str]:
+    """One ``seg_id`` per pair from a ``seg_id<TAB>...`` metadata file with a header line (the
+    Joshua Indian Parallel Corpora's ``en-ta.meta.tsv``: ``seg_id orig_split ref_index``)."""
+    segments = []
+    for line_number, line in read_text_lines(meta_path):
+        fields = line.split("\t")
+        if line_number == 1:
+            if fields[0].strip() != "seg_id":
+                raise KformerError(f"{meta_path}: the first line should be the header seg_id<TAB>...")
+            continue
+        if not fields[0].strip():
+            raise KformerError(f"{meta_path}: line {line_number} has no seg_id")
+        segments.append(fields[0].strip())
+    return segments
+
+
+def read_joshua_ipc(folder: str | os.PathLike) -> tuple[list[Pair], list[str]]:
+    """``(pairs, seg_ids)`` of a Joshua IPC folder (``en-ta.tsv`` and the line-aligned
+    ``en-ta.meta.tsv``). One source sentence has up to four crowd translations, all under one
+    ``seg_id``: split by it (:func:`document_holdout` with the seg_ids as documents) so that no
+    sentence is on both sides of a split."""
+    folder = Path(folder)
+    pairs = read_pairs(folder / "en-ta.tsv")
+    segments = read_segment_ids(folder / "en-ta.meta.tsv")
+    if len(segments) != len(pairs):
+        raise KformerError(f"{folder}/en-ta.meta.tsv names {len(segments)} lines but en-ta.tsv has {len(pairs)} pairs; "
+                           "they must match line for line")
+    return pairs, segments
+
+
 def document_holdout(
     pairs: Sequence[Pair], documents: Sequence[str], fraction: float = 0.15, seed: int = 0
 ) -> tuple[list[Pair], list[Pair], list[str]]:

@@ -37,6 +37,7 @@ from kformer.config import AUTO, Auto, AutoChoices, as_config, build_config, set
 from kformer.data.pairs import Pair
 from kformer.errors import BadInput, CorruptModel, KformerError
 from kformer.folders import MODEL_FILE, TRAINING_DIR, read_manifest, write_model_folder
+from kformer.tasks import translate_auto
 from kformer.tasks.base import (
     AttentionMaps,
     TaskModel,
@@ -61,7 +62,6 @@ TINY_CORPUS_PAIRS = 10
 STATE_FILE = "state.json"
 TEST_TRANSLATIONS_FILE = "test_translations.json"
 AUTO_LENGTH_RANGE = (8, 128)  # an automatic max_length stays within these subword counts
-AUTO_WARMUP_SHARE, AUTO_WARMUP_MAX = 0.05, 1000
 
 # A path to source<TAB>target lines, or (source, target) tuples / Pairs in memory.
 PairData = str | os.PathLike | Sequence[Pair | tuple[str, str]]
@@ -71,8 +71,13 @@ PairData = str | os.PathLike | Sequence[Pair | tuple[str, str]]
 class TranslateConfig:
     """Settings of a translation run (recipe sections ``[data]``, ``[model]``, ``[training]``)."""
 
-    vocab_size: int = setting(8000, "data", "subword vocabulary size (per vocabulary)")
-    shared_vocab: bool = setting(True, "data", "one subword vocabulary for both languages")
+    vocab_size: int | Auto = setting(
+        AUTO, "data", "subword vocabulary size (the shared one, or the source's); auto: about a quarter of the "
+        "side's distinct training words, 1000..8000")
+    target_vocab_size: int | Auto = setting(
+        AUTO, "data", "target subword vocabulary size when not shared (auto: as vocab_size, from the target's words)")
+    shared_vocab: bool | Auto = setting(
+        AUTO, "data", "one subword vocabulary for both languages (auto: when both sides are in the same script)")
     tokens: Literal["subwords", "words"] | Auto = setting(
         AUTO, "data", "subwords (SentencePiece, vocab_size) or words (every training word, unknown ones [UNK]); "
         f"auto: words below {TINY_CORPUS_PAIRS} distinct training pairs")
@@ -81,23 +86,33 @@ class TranslateConfig:
     )
     holdout: int = setting(2000, "data", "test pairs held out at random when no test pairs are given (at most 10%)")
     valid_size: int = setting(500, "data", "validation pairs held out when none are given (at most 5%)")
-    dim: int = setting(256, "model", "model width")
+    dim: int | Auto = setting(AUTO, "model", "model width (auto: 64, 128 or 256 from the corpus and the time budget)")
     heads: int = setting(4, "model", "attention heads")
-    ff_dim: int = setting(1024, "model", "feed-forward width")
-    encoder_layers: int = setting(2, "model", "encoder blocks")
-    decoder_layers: int = setting(2, "model", "decoder blocks")
+    ff_dim: int | Auto = setting(AUTO, "model", "feed-forward width (auto: 4 x dim)")
+    encoder_layers: int | Auto = setting(AUTO, "model", "encoder blocks (auto: 2, 3 for the 256-wide model)")
+    decoder_layers: int | Auto = setting(AUTO, "model", "decoder blocks (auto: 2, 3 for the 256-wide model)")
     dropout: float = setting(0.1, "model", "dropout rate")
     positions: Literal["learned", "sinusoidal"] = setting("learned", "model", "position embeddings")
-    tie_embeddings: bool = setting(False, "model", "reuse the target embedding as the output projection")
-    norm_first: bool = setting(False, "model", "pre-norm blocks")
+    tie_embeddings: bool | Auto = setting(AUTO, "model", "reuse the target embedding as the output projection "
+                                          "(auto: yes)")
+    norm_first: bool | Auto = setting(AUTO, "model", "pre-norm blocks (auto: yes)")
     epochs: int = setting(20, "training", "most epochs (early stopping may end sooner)")
-    batch_size: int = setting(64, "training", "sentence pairs per training step")
-    learning_rate: float = setting(1e-3, "training", "peak learning rate (after warmup)")
-    warmup_steps: int | Auto = setting(AUTO, "training", "steps of linear warmup (auto: 5% of the run, at most 1000)")
+    batch_tokens: int | Auto = setting(
+        AUTO, "training", "tokens per training batch (pairs x padded length; length-bucketed pairs are packed up to "
+        "it); auto: a power of two giving at least 400 updates in the run, 64..4096")
+    batch_size: int | Auto = setting(
+        AUTO, "training", "sentence pairs per training step, instead of packing batches by batch_tokens (auto: packed)")
+    learning_rate: float | Auto = setting(
+        AUTO, "training", "peak learning rate after warmup (auto: 3e-3/2e-3/1e-3 for the 64/128/256-wide model, "
+        "lower for small batches)")
+    warmup_steps: int | Auto = setting(AUTO, "training", "steps of linear warmup (auto: 5% of the updates the run "
+                                       "is expected to make, at most 1000)")
     label_smoothing: float = setting(0.1, "training", "label smoothing (0 = off)")
     weight_decay: float = setting(0.0, "training", "AdamW weight decay (0 = Adam)")
     patience: int = setting(3, "training", "epochs without a better validation loss before stopping")
-    curriculum: bool = setting(False, "training", "short pairs first, longer ones added epoch by epoch")
+    curriculum: bool = setting(
+        False, "training", "short pairs first, as the Tamil lesson's levels: epoch k < curriculum_levels - 1 trains "
+        "only on pairs up to the ((k+1)/levels) length quantile, later epochs on everything")
     curriculum_levels: int = setting(3, "training", "length levels of the curriculum")
     beam: int = setting(1, "training", "beam width for the test scores in metrics.json (1 = greedy)")
     max_minutes: float | None = setting(None, "training", "stop training after this many minutes, keeping the best weights")
@@ -108,22 +123,25 @@ class TranslateConfig:
     def __post_init__(self):
         if self.max_length == 0:  # kformer 0.1 recipes wrote 0 for "automatic"
             object.__setattr__(self, "max_length", AUTO)
-        for name in ("vocab_size", "holdout", "valid_size", "dim", "heads", "ff_dim", "encoder_layers",
-                     "decoder_layers", "epochs", "batch_size", "curriculum_levels", "beam"):
+        for name in ("holdout", "valid_size", "heads", "epochs", "curriculum_levels", "beam"):
             _at_least(name, getattr(self, name), 1)
+        for name in ("vocab_size", "target_vocab_size", "dim", "ff_dim", "encoder_layers", "decoder_layers",
+                     "batch_size", "batch_tokens"):
+            if getattr(self, name) != AUTO:
+                _at_least(name, getattr(self, name), 1, ' (or "auto")')
         _at_least("patience", self.patience, 0)
         if self.max_length != AUTO:
             _at_least("max_length", self.max_length, 2, ' (or "auto")')
         if self.warmup_steps != AUTO:
             _at_least("warmup_steps", self.warmup_steps, 0, ' (or "auto")')
-        if self.dim % self.heads:
+        if self.dim != AUTO and self.dim % self.heads:
             raise BadInput(f"dim {self.dim} must be a multiple of {{field}} ({self.heads})", field="heads")
         for name in ("dropout", "label_smoothing"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise BadInput(f"{{field}} must be at least 0 and below 1, not {getattr(self, name)}", field=name)
         for name in ("learning_rate", "max_minutes"):
             value = getattr(self, name)
-            if value is not None and value <= 0:
+            if value is not None and value != AUTO and value <= 0:
                 raise BadInput(f"{{field}} must be positive, not {value}", field=name)
 
 
@@ -354,10 +372,13 @@ def _prepare(config: TranslateConfig, train: list[Pair], valid: list[Pair], resu
                                                        else f"at least {TINY_CORPUS_PAIRS}"),
         ))
         sides = [p.source for p in train], [p.target for p in train]
+        config = auto.resolve(config, **translate_auto.vocab_rules(*(translate_auto.side_shape(side) for side in sides),
+                                                                   words=config.tokens == "words"))
         if config.tokens == "words":
             source_vocab, target_vocab = learn_word_vocabularies(*sides, config.shared_vocab)
         else:
-            source_vocab, target_vocab = learn_vocabularies(*sides, config.vocab_size, config.shared_vocab)
+            source_vocab, target_vocab = learn_vocabularies(*sides, config.vocab_size, config.shared_vocab,
+                                                            config.target_vocab_size)
     vocab_seconds = time.monotonic() - started
     sources = source_vocab.encode([p.source for p in train])
     targets = target_vocab.encode([p.target for p in train])
@@ -369,11 +390,12 @@ def _prepare(config: TranslateConfig, train: list[Pair], valid: list[Pair], resu
         f"kept within {low}..{high}",
     ))
     kept = _fitting(sources, targets, config.max_length)
-    steps = config.epochs * math.ceil(max(len(kept[0]), 1) / config.batch_size)
-    config = auto.resolve(config, warmup_steps=(
-        int(min(AUTO_WARMUP_MAX, max(1, round(AUTO_WARMUP_SHARE * steps)))),
-        f"5% of the run's {steps} steps, at least 1, at most {AUTO_WARMUP_MAX}",
-    ))
+    target_tokens = sum(len(ids) + 1 for ids in kept[1])  # [END] included
+    rules = translate_auto.training_rules(target_tokens, config.epochs, config.max_minutes)
+    if config.batch_size != AUTO:
+        del rules["batch_tokens"]  # batches of batch_size pairs: no token budget
+    config = auto.resolve(config, **rules)
+    config = auto.resolve(config, warmup_steps=_warmup(config, kept, target_tokens))
     valid_ids = _fitting(source_vocab.encode([p.source for p in valid]),
                          target_vocab.encode([p.target for p in valid]), config.max_length)
     if not kept[0] or not valid_ids[0]:
@@ -381,6 +403,26 @@ def _prepare(config: TranslateConfig, train: list[Pair], valid: list[Pair], resu
         raise BadInput(f"no {side} pair fits {{field}} {config.max_length} subwords; raise it", field="max_length")
     return _Prepared(config, auto, source_vocab, target_vocab, kept, valid_ids, len(sources) - len(kept[0]),
                      vocab_seconds)
+
+
+def _warmup(config: TranslateConfig, kept, target_tokens: int) -> tuple[int, str]:
+    """The auto ``warmup_steps``: a share of the updates the run is expected to make (its epochs'
+    batches, or fewer where the time budget ends it first)."""
+    size = next((s for s in translate_auto.SIZES if s.dim == config.dim), translate_auto.SIZES[1])
+    plan = _batch_plan(config, kept, shuffle=False)
+    per_step = max(1.0, target_tokens / plan.steps)
+    expected = translate_auto.run_tokens(target_tokens, config.epochs, config.max_minutes, size)
+    return translate_auto.warmup_rule(int(min(config.epochs * plan.steps, math.ceil(expected / per_step))))
+
+
+def _batch_plan(config: TranslateConfig, pairs, shuffle: bool, levels=None, batch_size: int | None = None):
+    """The :class:`~kformer.data.pair_batches.PairBatchPlan` of encoded ``pairs`` (sources, targets):
+    packed by ``batch_tokens`` unless a ``batch_size`` is set (or given)."""
+    from kformer.data.pair_batches import PairBatchPlan, pair_lengths
+
+    batch_size = batch_size or (None if config.batch_size == AUTO else config.batch_size)
+    return PairBatchPlan(pair_lengths(*pairs), batch_tokens=None if batch_size else config.batch_tokens,
+                         batch_size=batch_size, seed=config.seed, shuffle=shuffle, levels=levels)
 
 
 def _fitting(sources: list[list[int]], targets: list[list[int]], max_length: int):
@@ -422,68 +464,57 @@ def _fit(prepared: _Prepared, state_dir: Path, resume: bool, progress: Progress 
 
     with precision_scope(config.precision):
         model = _build_model(config, prepared.source_vocab, prepared.target_vocab)
-    sources, targets = prepared.train
-    steps_per_epoch = math.ceil(len(sources) / config.batch_size)
-    total_steps = config.epochs * steps_per_epoch
+    levels = None
+    if config.curriculum:
+        from kformer.data.pair_batches import pair_lengths
+
+        levels = tuple(curriculum_levels(pair_lengths(*prepared.train), config.curriculum_levels))
+    plan = _batch_plan(config, prepared.train, shuffle=True, levels=levels)
+    total_steps = config.epochs * plan.steps
     warmup = min(config.warmup_steps, total_steps // 4 or 1)
     # constant rate in the optimizer; the callback warms up, then decays over the steps or the
     # time budget, whichever ends first, so a run cut by max_minutes still ends at a low rate
+    # "auto": XLA on JAX (whose non-jit steps run op by op, far slower), none on TensorFlow's CPU
     compile_seq2seq(model, config.learning_rate, warmup, None, label_smoothing=config.label_smoothing,
-                    weight_decay=config.weight_decay)
+                    weight_decay=config.weight_decay, jit_compile="auto")
     budget = None if config.max_minutes is None else config.max_minutes * 60.0
     schedule = training.budget_schedule(config.learning_rate, warmup, total_steps, budget)
     done = training.last_checkpoint(state_dir) if resume else None
     first_epoch = 0 if done is None else done[1]
-    schedule.steps = first_epoch * steps_per_epoch
-    levels = None
-    if config.curriculum:
-        levels = curriculum_levels([max(len(s), len(t)) for s, t in zip(sources, targets, strict=True)],
-                                   config.curriculum_levels)
+    schedule.steps = first_epoch * plan.steps
     limit = (config.max_length, config.max_length + 1)
+    valid_plan = _batch_plan(config, prepared.valid, shuffle=False,
+                             batch_size=None if config.batch_size == AUTO else max(config.batch_size, 64))
     result = training.fit(
         model,
-        _dataset(sources, targets, config.batch_size, config.seed, shuffle=True, levels=levels,
-                 limits=limit, first_epoch=first_epoch),
-        _dataset(*prepared.valid, max(config.batch_size, 64), config.seed, shuffle=False, limits=limit),
+        _dataset(prepared.train, plan, limits=limit, first_epoch=first_epoch),
+        _dataset(prepared.valid, valid_plan, limits=limit),
         epochs=config.epochs, out_dir=state_dir, patience=config.patience, max_minutes=config.max_minutes,
         resume=resume, callbacks=[schedule], progress=progress,
     )
     return model, result, schedule.steps
 
 
-def _dataset(sources, targets, batch_size: int, seed: int, shuffle: bool, levels=None, limits=(None, None),
-             first_epoch: int = 0):
-    """A ``tf.data`` pipeline of length-bucketed teacher-forcing batches, rearranged every epoch.
+def _dataset(pairs, plan, limits=(None, None), first_epoch: int = 0):
+    """A ``tf.data`` pipeline of the teacher-forcing batches ``plan`` arranges, epoch by epoch.
 
-    Yields ``({"source": (batch, S), "target_in": (batch, T)}, target_out (batch, T))`` with
-    ``target_in = [START] + target`` and ``target_out = target + [END]``. With curriculum
-    ``levels`` (index arrays, short pairs first) epoch ``k`` draws from level ``k`` (the last
-    level from then on), cycling through it so every epoch has the same number of batches.
-    Epoch ``e`` is shuffled by the seed ``(seed, e)``; ``first_epoch`` is where a resumed run
-    starts, so it sees the order an uninterrupted run would.
+    ``pairs`` is ``(sources, targets)`` of subword ids. Yields ``({"source": (batch, S),
+    "target_in": (batch, T)}, target_out (batch, T))`` with ``target_in = [START] + target`` and
+    ``target_out = target + [END]``, each padded to its width bucket. ``first_epoch`` is where a
+    resumed run starts, so it sees the order an uninterrupted run would.
     """
-    import itertools
-
-    import numpy as np
     import tensorflow as tf  # input pipeline only, outside the model
 
-    from kformer.data.batching import length_bucketed_batches, pad_batch
+    from kformer.data.batching import pad_batch
     from kformer.text.specials import END_ID, START_ID
 
-    lengths = np.array([max(len(s), len(t) + 1) for s, t in zip(sources, targets, strict=True)])
+    sources, targets = pairs
     epoch = {"n": first_epoch}
-    steps = math.ceil(len(sources) / batch_size)
-
-    def batches():
-        subset = np.arange(len(sources)) if not levels else levels[min(epoch["n"], len(levels) - 1)]
-        rng = np.random.default_rng([seed, epoch["n"]])
-        epoch["n"] += 1
-        while True:
-            for batch in length_bucketed_batches(lengths[subset], batch_size, rng if shuffle else None):
-                yield subset[batch]
 
     def generate():
-        for rows in itertools.islice(batches(), steps):
+        batches = plan.epoch(epoch["n"])
+        epoch["n"] += 1
+        for rows in batches:
             source = pad_batch([sources[i] for i in rows], limit=limits[0])
             target_in = pad_batch([[START_ID, *targets[i]] for i in rows], limit=limits[1])
             target_out = pad_batch([[*targets[i], END_ID] for i in rows], limit=limits[1])
@@ -491,7 +522,7 @@ def _dataset(sources, targets, batch_size: int, seed: int, shuffle: bool, levels
 
     spec = tf.TensorSpec((None, None), tf.int32)
     dataset = tf.data.Dataset.from_generator(generate, output_signature=({"source": spec, "target_in": spec}, spec))
-    return dataset.apply(tf.data.experimental.assert_cardinality(steps)).prefetch(2)
+    return dataset.apply(tf.data.experimental.assert_cardinality(plan.steps)).prefetch(2)
 
 
 def _metrics(prepared: _Prepared, model, fit_result, steps: int, scores: dict, seconds: float, splits: dict,
@@ -507,6 +538,8 @@ def _metrics(prepared: _Prepared, model, fit_result, steps: int, scores: dict, s
         "vocab_seconds": round(prepared.vocab_seconds, 2),
         "epochs_run": fit_result.epochs_run,
         "steps": steps,
+        "batches_per_epoch": _batch_plan(config, prepared.train, shuffle=False).steps,
+        "train_target_tokens": sum(len(ids) + 1 for ids in prepared.train[1]),  # per epoch, [END] included
         "best_epoch": None if fit_result.best_epoch is None else fit_result.best_epoch + 1,
         "stopped_by_time_budget": fit_result.stopped_by_budget,
         "splits": {**splits, "train_used": len(prepared.train[0]), "skipped_too_long": prepared.skipped},
@@ -627,14 +660,17 @@ class Translator(TaskModel):
         return results
 
     def score(self, pairs: Sequence[Pair], *, beam: int = 1, batch_size: int = 64) -> tuple[dict, list[str]]:
-        """BLEU, chrF, exact match, ``n``, ``beam`` and ``decode_seconds`` of the translations of
-        ``pairs``; also the translations."""
-        from kformer.metrics import translation_scores
+        """BLEU, chrF, exact match, ``repetition`` (share of translations in which a word or a
+        target subword repeats more than 3 times in a row), ``n``, ``beam`` and ``decode_seconds``
+        of the translations of ``pairs``; also the translations."""
+        from kformer.metrics import repetition_share, translation_scores
 
         start = time.monotonic()
         hypotheses = self.translate([p.source for p in pairs], beam=beam, batch_size=batch_size)
+        seconds = time.monotonic() - start
         scores = translation_scores(hypotheses, [p.target for p in pairs])
-        scores.update(beam=beam, decode_seconds=round(time.monotonic() - start, 2))
+        scores["repetition"] = repetition_share(hypotheses, self.target_vocab.encode(hypotheses))
+        scores.update(beam=beam, decode_seconds=round(seconds, 2))
         return scores, hypotheses
 
     def evaluate(self, data: PairData, *, beam: int = 1, batch_size: int = 64, out: str | os.PathLike | None = None,

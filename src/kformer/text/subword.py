@@ -113,19 +113,22 @@ class Subwords:
 
 
 def learn_vocabularies(
-    sources: Sequence[str], targets: Sequence[str], vocab_size: int, shared: bool
+    sources: Sequence[str], targets: Sequence[str], vocab_size: int, shared: bool,
+    target_vocab_size: int | None = None,
 ) -> tuple[Subwords, Subwords]:
-    """Source and target vocabularies from training text; ``shared`` learns one from both sides.
+    """Source and target vocabularies from training text; ``shared`` learns one of ``vocab_size``
+    from both sides, else the source's of ``vocab_size`` and the target's of
+    ``target_vocab_size`` (default: ``vocab_size``).
 
     A shared vocabulary lets names, numbers and cognates map to the same pieces on both sides,
-    which helps small corpora.
+    which helps small corpora in one script; separate ones give each script all its pieces.
     """
     if shared:
         both = Subwords(train_sentencepiece(list(sources) + list(targets), vocab_size))
         return both, both
     return (
         Subwords(train_sentencepiece(sources, vocab_size)),
-        Subwords(train_sentencepiece(targets, vocab_size)),
+        Subwords(train_sentencepiece(targets, target_vocab_size or vocab_size)),
     )
 
 

@@ -1,0 +1,167 @@
+"""What ``"auto"`` translation settings become: pure rules over the corpus's shape and the time budget.
+
+Two steps, because the second needs the subword counts the first step's vocabularies give:
+
+1. :func:`vocab_rules` (before any vocabulary is learned): one shared vocabulary when both sides
+   are written in the same script (names, numbers and cognates then share pieces), separate
+   ones otherwise; each vocabulary about a quarter of its side's distinct words, rounded to
+   500, within 1,000..8,000. Measured on this project's data (pieces per word of SentencePiece
+   unigram vocabularies, ``bench/notes``): English->Tamil, TICO-19 + Tatoeba (2,804 pairs, 17,303
+   Tamil words): a shared 4k vocabulary splits Tamil words into 2.41 pieces, a separate Tamil
+   4k into 2.14, 8k into 1.98; the separate tables cost no more than the shared one and the
+   target's output layer stays 4k wide.
+2. :func:`training_rules` (after encoding): the model size from how many target tokens the run
+   can see (the corpus times the epochs, or what the time budget allows at a rough CPU
+   throughput per size), the batch's token budget so the run makes at least ``MIN_UPDATES``
+   updates, the peak learning rate for the width (pre-norm, tied output), and a warmup of 5 %
+   of the updates the run is expected to make.
+
+Each rule returns ``{setting: (value, why)}`` for :meth:`kformer.config.AutoChoices.resolve`.
+"""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+MIN_VOCAB, MAX_VOCAB, VOCAB_STEP = 1000, 8000, 500
+WORDS_PER_PIECE_SLOT = 4  # a vocabulary of about distinct words / 4
+MIN_UPDATES = 400  # a run should make at least this many optimizer steps
+MIN_BATCHES_PER_EPOCH = 8
+BATCH_TOKENS_RANGE = (64, 4096)
+WARMUP_SHARE, WARMUP_MAX = 0.05, 1000
+SCRIPT_SAMPLE = 2000  # sentences per side looked at for the script
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    """One size of model the rules choose from."""
+
+    name: str
+    dim: int
+    ff_dim: int
+    encoder_layers: int
+    decoder_layers: int
+    learning_rate: float  # peak, for pre-norm blocks with a tied output layer
+    tokens_per_second: float  # rough training throughput on a 2-core CPU (target tokens, padding included)
+
+
+SIZES = (
+    ModelSize("tiny", 64, 256, 2, 2, 3e-3, 8000.0),
+    ModelSize("small", 128, 512, 2, 2, 2e-3, 3000.0),
+    ModelSize("base", 256, 1024, 3, 3, 1e-3, 800.0),
+)
+TINY_CORPUS_TOKENS = 20_000  # fewer target tokens than this: the tiny model
+BASE_CORPUS_TOKENS, BASE_RUN_TOKENS = 1_000_000, 20_000_000  # both reached: the base model
+
+
+@dataclass(frozen=True)
+class SideShape:
+    """One side of the training pairs: words, distinct words and the script most letters are in."""
+
+    words: int
+    distinct_words: int
+    script: str  # "LATIN", "TAMIL", ... (first word of the letters' Unicode names)
+
+
+def side_shape(texts: Sequence[str]) -> SideShape:
+    """Word counts of ``texts`` and the script of most letters in the first ``SCRIPT_SAMPLE``."""
+    words, distinct = 0, set()
+    for text in texts:
+        split = text.split()
+        words += len(split)
+        distinct.update(split)
+    scripts = Counter(unicodedata.name(ch, "UNKNOWN").split()[0]
+                      for text in texts[:SCRIPT_SAMPLE] for ch in text if ch.isalpha())
+    return SideShape(words, len(distinct), scripts.most_common(1)[0][0] if scripts else "NONE")
+
+
+def _vocab_size(distinct_words: int) -> int:
+    size = VOCAB_STEP * round(distinct_words / WORDS_PER_PIECE_SLOT / VOCAB_STEP)
+    return int(min(MAX_VOCAB, max(MIN_VOCAB, size)))
+
+
+def vocab_rules(source: SideShape, target: SideShape, words: bool = False) -> dict[str, tuple]:
+    """``shared_vocab``, ``vocab_size`` (source or shared) and ``target_vocab_size``; with
+    ``words`` (whole-word tokens) one vocabulary of every word, as the Tamil lesson's."""
+    if words:
+        return {"shared_vocab": (True, "whole words: one vocabulary of every training word, as the Tamil lesson's")}
+    same = source.script == target.script
+    sizing = f"about distinct words / {WORDS_PER_PIECE_SLOT}, rounded to {VOCAB_STEP}, within {MIN_VOCAB}..{MAX_VOCAB}"
+    if same:
+        words = source.distinct_words + target.distinct_words
+        size = _vocab_size(words)
+        return {
+            "shared_vocab": (True, f"both sides in {source.script.title()} script: names, numbers and cognates share pieces"),
+            "vocab_size": (size, f"{words} distinct words on both sides: {sizing}"),
+            "target_vocab_size": (size, "the shared vocabulary"),
+        }
+    return {
+        "shared_vocab": (False, f"{source.script.title()} source, {target.script.title()} target: a vocabulary per "
+                         "script, so each side gets all its pieces"),
+        "vocab_size": (_vocab_size(source.distinct_words), f"{source.distinct_words} distinct source words: {sizing}"),
+        "target_vocab_size": (_vocab_size(target.distinct_words),
+                              f"{target.distinct_words} distinct target words: {sizing}"),
+    }
+
+
+def _power_of_two_below(value: float) -> int:
+    return 2 ** int(math.floor(math.log2(max(value, 1.0))))
+
+
+def model_size(target_tokens: int, epochs: int, max_minutes: float | None) -> tuple[ModelSize, str]:
+    """The size for a corpus of ``target_tokens`` training target subwords, and why."""
+    if target_tokens < TINY_CORPUS_TOKENS:
+        return SIZES[0], f"{target_tokens:,} training target tokens, below {TINY_CORPUS_TOKENS:,}"
+    base = SIZES[2]
+    run = run_tokens(target_tokens, epochs, max_minutes, base)
+    if target_tokens >= BASE_CORPUS_TOKENS and run >= BASE_RUN_TOKENS:
+        return base, (f"{target_tokens:,} training target tokens and about {run:,.0f} in the run "
+                      f"(at least {BASE_CORPUS_TOKENS:,} and {BASE_RUN_TOKENS:,})")
+    return SIZES[1], (f"{target_tokens:,} training target tokens (the tiny model below {TINY_CORPUS_TOKENS:,}); "
+                      f"about {run:,.0f} in the run, below the {BASE_RUN_TOKENS:,} the base model needs")
+
+
+def run_tokens(target_tokens: int, epochs: int, max_minutes: float | None, size: ModelSize) -> float:
+    """Target tokens the run is expected to train on: ``epochs`` passes, or what ``max_minutes``
+    allows at the size's rough throughput, whichever is less."""
+    whole = float(epochs * max(int(target_tokens), 1))
+    return whole if max_minutes is None else min(whole, max_minutes * 60 * size.tokens_per_second)
+
+
+def warmup_rule(updates: int) -> tuple[int, str]:
+    """``warmup_steps`` for a run expected to make ``updates`` optimizer steps."""
+    return (int(min(WARMUP_MAX, max(1, round(WARMUP_SHARE * updates)))),
+            f"{WARMUP_SHARE:.0%} of the ~{updates:,} updates expected, at least 1, at most {WARMUP_MAX}")
+
+
+def training_rules(target_tokens: int, epochs: int, max_minutes: float | None) -> dict[str, tuple]:
+    """Model size, ``batch_tokens``, ``learning_rate``, ``tie_embeddings`` and ``norm_first`` for a
+    corpus of ``target_tokens`` training target subwords (``[END]`` included)."""
+    target_tokens = max(int(target_tokens), 1)
+    size, size_why = model_size(target_tokens, epochs, max_minutes)
+    run = run_tokens(target_tokens, epochs, max_minutes, size)
+    run_why = (f"{epochs} epochs of {target_tokens:,} target tokens" if max_minutes is None else
+               f"about {run:,.0f} target tokens in the run ({max_minutes:g} min at ~{size.tokens_per_second:,.0f}/s "
+               f"for the {size.name} model on a 2-core CPU, or {epochs} epochs, whichever is less)")
+    low, high = BATCH_TOKENS_RANGE
+    batch_tokens = min(high, _power_of_two_below(run / MIN_UPDATES),
+                       _power_of_two_below(target_tokens / MIN_BATCHES_PER_EPOCH))
+    batch_tokens = max(low, batch_tokens)
+    rate = size.learning_rate * min(1.0, math.sqrt(batch_tokens / 2048))
+    shape = f"{size.dim} wide, feed-forward {size.ff_dim}, {size.encoder_layers}+{size.decoder_layers} blocks"
+    return {
+        "dim": (size.dim, f"{size.name} model ({shape}): {size_why}"),
+        "ff_dim": (size.ff_dim, f"{size.name} model"),
+        "encoder_layers": (size.encoder_layers, f"{size.name} model"),
+        "decoder_layers": (size.decoder_layers, f"{size.name} model"),
+        "tie_embeddings": (True, "the output layer reuses the target embedding: fewer weights to learn"),
+        "norm_first": (True, "pre-norm blocks: stable at a high learning rate with a short warmup"),
+        "batch_tokens": (batch_tokens, f"{run_why}: a power of two giving at least {MIN_UPDATES} updates and "
+                         f"{MIN_BATCHES_PER_EPOCH} batches per epoch, within {low}..{high}"),
+        "learning_rate": (round(rate, 6), f"{size.learning_rate:g} for the {size.name} model, times "
+                          "sqrt(batch_tokens / 2048) below 2048 tokens"),
+    }

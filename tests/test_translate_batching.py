@@ -1,0 +1,144 @@
+"""Translation training batches and "auto" settings, as pure functions (no model, no TensorFlow):
+token-budget packing, the epoch plan (resume order, curriculum), the auto rules on corpora of
+different shapes, the repetition metric, and the Joshua IPC reader's split by segment."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kformer.data.batching import bucket_width, token_budget_batches
+from kformer.data.pair_batches import PairBatchPlan
+from kformer.data.pairs import Pair, curriculum_levels, document_holdout, read_joshua_ipc
+from kformer.errors import KformerError
+from kformer.metrics import repetition_share
+from kformer.tasks import translate_auto
+from kformer.tasks.translate_auto import side_shape, training_rules, vocab_rules
+
+LENGTHS = np.random.default_rng(0).integers(1, 120, size=1000)
+
+
+def _padded(batch, lengths=LENGTHS) -> int:
+    return len(batch) * bucket_width(int(lengths[batch].max()))
+
+
+@pytest.mark.parametrize("budget", [64, 512, 2048])
+def test_token_batches_respect_the_budget_and_cover_every_row_once(budget):
+    for rng in (None, np.random.default_rng(3)):
+        batches = token_budget_batches(LENGTHS, budget, rng)
+        rows = np.concatenate(batches)
+        assert sorted(rows.tolist()) == list(range(len(LENGTHS)))  # every row exactly once
+        for batch in batches:  # within the budget, unless one row alone is longer
+            assert _padded(batch) <= budget or len(batch) == 1
+        # packed: no batch could have taken its successor's shortest row... nearly all are full
+        full = [b for b in batches if _padded(b) > budget // 2]
+        assert len(full) >= len(batches) - 8
+    shuffled = [len(b) for b in token_budget_batches(LENGTHS, budget, np.random.default_rng(4))]
+    assert len(shuffled) == len(token_budget_batches(LENGTHS, budget))  # the same count every epoch
+
+
+def test_short_rows_come_many_to_a_batch_and_long_ones_few():
+    batches = token_budget_batches(LENGTHS, 1024)  # without rng: shortest first
+    assert LENGTHS[batches[0]].max() <= 16 and len(batches[0]) >= 1024 // 16
+    assert LENGTHS[batches[-1]].min() > 96 and len(batches[-1]) <= 1024 // 96
+
+
+def test_epoch_plan_covers_every_pair_once_and_a_resume_sees_the_same_order():
+    plan = PairBatchPlan(LENGTHS, batch_tokens=1024, seed=5)
+    for epoch in range(3):
+        batches = plan.epoch(epoch)
+        assert len(batches) == plan.steps
+        assert sorted(np.concatenate(batches).tolist()) == list(range(len(LENGTHS)))
+    again = PairBatchPlan(LENGTHS, batch_tokens=1024, seed=5)  # a resumed run rebuilds the plan
+    assert all(np.array_equal(a, b) for a, b in zip(plan.epoch(2), again.epoch(2), strict=True))
+    assert not all(np.array_equal(a, b) for a, b in zip(plan.epoch(1), plan.epoch(2), strict=False))
+    by_size = PairBatchPlan(LENGTHS, batch_size=32, seed=5)  # the --batch-size override
+    assert by_size.steps == 32 and all(len(b) <= 32 for b in by_size.epoch(0))
+    with pytest.raises(ValueError):
+        PairBatchPlan(LENGTHS, batch_tokens=64, batch_size=8)
+
+
+def test_curriculum_first_epochs_are_short_and_later_epochs_normal():
+    levels = tuple(curriculum_levels(LENGTHS, 3))
+    plan = PairBatchPlan(LENGTHS, batch_tokens=1024, seed=0, levels=levels)
+    first = plan.epoch(0)
+    assert len(first) == plan.steps
+    cut = np.quantile(LENGTHS, 1 / 3)
+    assert max(LENGTHS[b].max() for b in first) <= cut  # only the short third
+    second = np.concatenate(plan.epoch(1))
+    assert LENGTHS[second].max() <= np.quantile(LENGTHS, 2 / 3) < LENGTHS.max()
+    for epoch in (2, 3):  # from the last level on: every pair once
+        assert sorted(np.concatenate(plan.epoch(epoch)).tolist()) == list(range(len(LENGTHS)))
+
+
+def test_vocab_rules_by_script_and_size():
+    english = side_shape(["the patient has a fever", "wash your hands often"] * 50)
+    spanish = side_shape(["el paciente tiene fiebre", "lávese las manos"] * 50)
+    tamil = side_shape(["நோயாளிக்கு காய்ச்சல் உள்ளது", "கைகளை கழுவுங்கள்"] * 50)
+    assert (english.script, tamil.script, english.distinct_words) == ("LATIN", "TAMIL", 9)
+    same = vocab_rules(english, spanish)
+    assert same["shared_vocab"][0] is True and same["vocab_size"][0] == same["target_vocab_size"][0] == 1000
+    apart = vocab_rules(english, tamil)
+    assert apart["shared_vocab"][0] is False and "Tamil" in apart["shared_vocab"][1]
+    words = vocab_rules(english, tamil, words=True)  # whole words: one vocabulary, as the Tamil lesson's
+    assert set(words) == {"shared_vocab"} and words["shared_vocab"][0] is True
+    big = vocab_rules(translate_auto.SideShape(10**6, 35_376, "LATIN"), translate_auto.SideShape(10**6, 17_303, "TAMIL"))
+    assert big["vocab_size"][0] == 8000 and big["target_vocab_size"][0] == 4500  # /4, rounded to 500, capped
+
+
+@pytest.mark.parametrize(("tokens", "epochs", "minutes", "dim"), [
+    (600, 20, None, 64),               # a handful of pairs: the tiny model
+    (135_000, 40, 3.0, 128),           # TICO-19 size, the 3-minute default run
+    (1_200_000, 20, 30.0, 128),        # Anki size, 30 minutes: too few tokens for the base model
+    (1_200_000, 20, None, 256),        # Anki size without a budget: the base model
+])
+def test_training_rules_fit_the_corpus_and_the_budget(tokens, epochs, minutes, dim):
+    rules = training_rules(tokens, epochs, minutes)
+    assert rules["dim"][0] == dim and all(why for _, why in rules.values())
+    batch_tokens = rules["batch_tokens"][0]
+    assert batch_tokens & (batch_tokens - 1) == 0 and 64 <= batch_tokens <= 4096  # a power of two in range
+    size = next(s for s in translate_auto.SIZES if s.dim == dim)
+    run = translate_auto.run_tokens(tokens, epochs, minutes, size)
+    assert run / batch_tokens >= translate_auto.MIN_UPDATES or batch_tokens == 64  # enough updates
+    assert tokens / batch_tokens >= translate_auto.MIN_BATCHES_PER_EPOCH or batch_tokens == 64
+    assert 0 < rules["learning_rate"][0] <= size.learning_rate
+    warmup, why = translate_auto.warmup_rule(round(run / batch_tokens))
+    assert warmup == pytest.approx(max(1, 0.05 * run / batch_tokens), abs=1) and "5%" in why
+
+
+def test_a_three_minute_run_reaches_its_peak_rate_early():
+    rules = training_rules(135_000, 40, 3.0)
+    size = translate_auto.SIZES[1]
+    updates = translate_auto.run_tokens(135_000, 40, 3.0, size) / rules["batch_tokens"][0]
+    warmup, _ = translate_auto.warmup_rule(round(updates))
+    assert warmup <= 0.06 * updates and updates >= translate_auto.MIN_UPDATES
+
+
+def test_repetition_share_counts_words_and_subwords_repeated_more_than_three_times():
+    hypotheses = ["a a a a b", "a a a b", "x y", "அ-2000000"]
+    assert repetition_share(hypotheses) == pytest.approx(1 / 4)  # only the first: 4 words in a row
+    pieces = [[5], [5], [7, 8], [9, 4, 1, 1, 1, 1, 1, 1]]  # the digits as subwords
+    assert repetition_share(hypotheses, pieces) == pytest.approx(2 / 4)
+    assert repetition_share([]) == 0.0
+    with pytest.raises(ValueError):
+        repetition_share(["a"], [[1], [2]])
+
+
+def test_joshua_reader_splits_by_segment(tmp_path):
+    folder = tmp_path / "en-ta-joshua-ipc"
+    folder.mkdir()
+    rows = [(f"sentence {s} by worker {r}", f"வாக்கியம் {s}", f"doc{s // 3}_{s}", "dev", r)
+            for s in range(12) for r in range(4)]
+    (folder / "en-ta.tsv").write_text("".join(f"{en}\t{ta}\n" for en, ta, *_ in rows), encoding="utf-8")
+    (folder / "en-ta.meta.tsv").write_text(
+        "seg_id\torig_split\tref_index\n" + "".join(f"{seg}\t{split}\t{ref}\n" for *_, seg, split, ref in rows),
+        encoding="utf-8")
+    pairs, segments = read_joshua_ipc(folder)
+    assert len(pairs) == len(segments) == 48 and segments[:2] == ["doc0_0", "doc0_0"]
+    assert isinstance(pairs[0], Pair) and pairs[0].target == "வாக்கியம் 0"
+    train, held, chosen = document_holdout(pairs, segments, fraction=0.25, seed=0)
+    assert len(held) == 12 and len(chosen) == 3
+    assert not {p.target for p in train} & {p.target for p in held}  # no Tamil sentence on both sides
+    (folder / "en-ta.meta.tsv").write_text("seg_id\torig_split\tref_index\nx_1\tdev\t0\n", encoding="utf-8")
+    with pytest.raises(KformerError, match="line for line"):
+        read_joshua_ipc(folder)
