@@ -13,10 +13,18 @@ in lockstep exactly as one process would on the same global batch. kformer adds 
   (:meth:`Cluster.check_batch_size`).
 - Length-bucketed batches cannot be sharded by Keras (their size is unknown to it), so every
   process builds the same global batches from the same seed and keeps its own rows
-  (:class:`ProcessBatches`); a batch is cut to a multiple of the device count (at most
-  ``devices - 1`` rows of an epoch are left out, other ones each epoch when shuffled).
+  (:meth:`Cluster.rows_of`: :class:`ProcessBatches` for classify, :meth:`Cluster.shard` for a
+  ``tf.data`` pipeline of global batches (translate), :meth:`Cluster.local` for one generated
+  batch (arithmetic)). A global batch is cut to a multiple of the device count (at most
+  ``devices - 1`` rows of it are left out); one with fewer rows than devices (a last, partial
+  batch) repeats its rows up to the device count instead, so an epoch keeps its number of steps.
 - Clocks differ between processes: a time budget's stop decision is process 0's
-  (:meth:`Cluster.agree`, a broadcast after every batch).
+  (:meth:`Cluster.agree`, a broadcast after every batch), and so is the learning rate of a
+  schedule that decays over a time budget (:func:`follow_chief_rate`, a broadcast before every
+  batch); a schedule over steps needs none. Checkpoints store the optimizer step, so a resumed
+  run continues the schedule in every process.
+- Vocabularies are learned in every process from the same data; :meth:`Cluster.check_same`
+  refuses a job whose processes disagree (else the ids would mean different words).
 - Process 0 writes ``--out``; the others keep their checkpoints in a hidden folder beside it
   (:meth:`Cluster.folder`), so ``--resume`` works on every host, and write no model folder. The
   distribution is set only while the model is built and trained (:meth:`Cluster.scope`); scoring
@@ -149,6 +157,40 @@ class Cluster:
         out = Path(out)
         return out if self.chief else out.parent / f".{out.name}.process-{self.process_id}"
 
+    def rows_of(self, rows: int) -> np.ndarray:
+        """This process's row indices of a global batch of ``rows`` rows.
+
+        The batch is cut to a multiple of :attr:`devices` (or, with fewer rows than devices, its
+        rows repeated up to that many) and split evenly over the processes: process ``p`` gets
+        ``k = kept / num_processes`` indices ``p * k .. (p + 1) * k`` (modulo ``rows``).
+        """
+        kept = max(rows - rows % self.devices, self.devices)
+        share = kept // self.num_processes
+        return np.arange(self.process_id * share, (self.process_id + 1) * share) % rows
+
+    def local(self, batch):
+        """This process's rows of one global batch: a nested structure (tuples, dicts) of arrays
+        ``(rows, ...)``, all with the same rows, to the same structure of ``(k, ...)`` arrays."""
+        import keras
+
+        rows = len(keras.tree.flatten(batch)[0])
+        mine = self.rows_of(rows)
+        return keras.tree.map_structure(lambda array: np.asarray(array)[mine], batch)
+
+    def shard(self, dataset):
+        """A ``tf.data.Dataset`` of global batches (any nested structure of ``(rows, ...)``
+        tensors, the same in every process) -> this process's rows of each (:meth:`rows_of`).
+        The number of batches stays the same."""
+        import tensorflow as tf
+
+        def mine(*batch):
+            rows = tf.shape(tf.nest.flatten(batch)[0])[0]
+            index = tf.numpy_function(lambda n: self.rows_of(int(n)), [rows], tf.int64, stateful=False)
+            picked = tf.nest.map_structure(lambda t: tf.gather(t, index), batch)
+            return picked if len(picked) > 1 else picked[0]
+
+        return dataset.map(mine)
+
     def batches(self, x, y, batch_size: int, **options) -> ProcessBatches:
         """This process's part of the global length-bucketed batches (see :class:`ProcessBatches`)."""
         return ProcessBatches(x, y, batch_size, cluster=self, **options)
@@ -172,6 +214,68 @@ class Cluster:
         from jax.experimental import multihost_utils
 
         return bool(multihost_utils.broadcast_one_to_all(np.asarray(bool(decision))))
+
+    def share(self, value: float) -> float:
+        """Process 0's ``value`` (float32), in every process (a collective, as :meth:`agree`)."""
+        if self.num_processes == 1:
+            return float(value)
+        from jax.experimental import multihost_utils
+
+        return float(multihost_utils.broadcast_one_to_all(np.asarray(value, dtype="float32")))
+
+    def check_same(self, what: str, data: bytes) -> None:
+        """BadInput unless ``data`` (e.g. a learned vocabulary) is the same in every process (a
+        collective: every process compares every process's SHA-256 of it)."""
+        if self.num_processes == 1:
+            return
+        import hashlib
+
+        from jax.experimental import multihost_utils
+
+        digest = np.frombuffer(hashlib.sha256(data).digest(), dtype="uint8")
+        digests = np.asarray(multihost_utils.process_allgather(digest)).reshape(self.num_processes, -1)
+        differ = [i for i in range(self.num_processes) if not np.array_equal(digests[i], digests[0])]
+        if differ:
+            raise BadInput(f"{what} of process(es) {differ} differs from process 0's: every process must read the "
+                           "same data with the same settings", field="data")
+
+
+def follow_chief_rate(cluster: Cluster | None, clocked: bool) -> list:
+    """Callbacks to put right after a learning-rate callback (such as
+    :func:`kformer.training.budget_schedule`) whose rate reads a clock (``clocked``: it decays
+    over a time budget): before every batch every process takes process 0's rate, so all train
+    with one rate at every step. Empty for one process or a rate that depends on the step alone."""
+    if cluster is None or cluster.num_processes == 1 or not clocked:
+        return []
+    import keras
+
+    class ChiefRate(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            rate = self.model.optimizer.learning_rate
+            rate.assign(cluster.share(float(np.asarray(rate))))
+
+    return [ChiefRate()]
+
+
+def fit(cluster: Cluster | None, model, train, validation=None, *, shard: bool = True, **options):
+    """:func:`kformer.training.fit` as one process of ``cluster``'s job (plain ``fit`` when None;
+    call it inside :meth:`Cluster.scope`).
+
+    ``train`` and ``validation`` are ``tf.data`` pipelines of *global* batches, the same in every
+    process; each process feeds its rows of them (:meth:`Cluster.shard`; ``shard=False``: they
+    are this process's rows already). Process 0's clock decides when a time budget ends and what
+    a budget-driven learning rate is (``options["callbacks"]`` are followed by
+    :func:`follow_chief_rate`). ``options`` are :func:`~kformer.training.fit`'s.
+    """
+    from kformer import training
+
+    if cluster is None:
+        return training.fit(model, train, validation, **options)
+    if shard:
+        train, validation = cluster.shard(train), None if validation is None else cluster.shard(validation)
+    clocked = options.get("max_minutes") is not None
+    options["callbacks"] = [*(options.get("callbacks") or []), *follow_chief_rate(cluster, clocked)]
+    return training.fit(model, train, validation, agree=cluster.agree, **options)
 
 
 _cluster: Cluster | None = None
@@ -205,28 +309,21 @@ def start(config: DistributeConfig | None = None) -> Cluster:
 class ProcessBatches(BucketedBatches):
     """This process's rows of the global length-bucketed batches of :class:`BucketedBatches`.
 
-    Every process arranges the same global batches (same rows, seed and epoch); each global batch
-    is cut to a multiple of ``cluster.devices`` rows (empty ones dropped), and process ``p`` keeps
-    rows ``p * k .. (p + 1) * k`` of it (``k`` = rows / processes), padded to the *global* batch's
-    width so that all processes feed one shape. ``batches[i]`` is ``(x (k, width), y)`` or
-    ``(x, y, sample_weight)``, as in :class:`BucketedBatches`.
+    Every process arranges the same global batches (same rows, seed and epoch) and keeps its rows
+    of each (:meth:`Cluster.rows_of`: cut to a multiple of ``cluster.devices``, process ``p`` the
+    ``p``-th share), padded to the *global* batch's width so that all processes feed one shape.
+    ``batches[i]`` is ``(x (k, width), y)`` or ``(x, y, sample_weight)``, as in
+    :class:`BucketedBatches`; there are as many as in one process.
     """
 
     def __init__(self, x, y, batch_size: int = 32, *, cluster: Cluster, **options):
         self.cluster = cluster
         super().__init__(x, y, batch_size, **options)
 
-    def _arrange(self) -> None:
-        super()._arrange()
-        devices = self.cluster.devices
-        cut = [rows[: len(rows) - len(rows) % devices] for rows in self.batches]
-        self.batches = [rows for rows in cut if len(rows)]
-
     def __getitem__(self, index):
         rows = self.batches[index]
         width = self.width(rows)
-        share = len(rows) // self.cluster.num_processes
-        mine = rows[self.cluster.process_id * share : (self.cluster.process_id + 1) * share]
+        mine = rows[self.cluster.rows_of(len(rows))]
         x = self.x[mine, :width]
         if self.sample_weight is None:
             return x, self.y[mine]

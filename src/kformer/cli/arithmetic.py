@@ -10,6 +10,12 @@ import json
 import sys
 from pathlib import Path
 
+from kformer.cli.distribute import (
+    add_distribute_flags,
+    distribute_config,
+    job_progress,
+    worker_line,
+)
 from kformer.cli.progress import add_log_flags, progress_for
 from kformer.errors import BadInput
 
@@ -42,6 +48,7 @@ def register(commands, train_tasks) -> None:
     train.add_argument("--batch-size", type=int, default=None, metavar="N", help="problems per batch")
     train.add_argument("--held-out-size", type=int, default=None, metavar="N", help="held-out problems to score (default 10000)")
     train.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
+    add_distribute_flags(train)
     train.set_defaults(handler=_train)
 
     demo = commands.add_parser(
@@ -65,8 +72,12 @@ def _train(args: argparse.Namespace) -> int:
     overrides = {name: getattr(args, name) for name in (
         "digits", "ops", "epochs", "steps_per_epoch", "batch_size", "held_out_size", "max_minutes", "seed")}
     config = make_config(arithmetic.ArithmeticConfig, "arithmetic", args.recipe, overrides)
-    result = arithmetic.train(config, None, args.out, resume=args.resume, progress=progress_for(args),
-                              command=["kformer", *sys.argv[1:]])
+    distribute = distribute_config(args)
+    result = arithmetic.train(config, None, args.out, resume=args.resume, progress=job_progress(args, distribute),
+                              command=["kformer", *sys.argv[1:]], distribute=distribute)
+    if result.folder != Path(args.out):
+        print(worker_line(distribute, result.folder))
+        return 0
     _print_metrics(result.metrics)
     print(f"model folder: {args.out}")
     return 0

@@ -14,7 +14,13 @@ import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from kformer.cli.progress import add_log_flags, progress_for
+from kformer.cli.distribute import (
+    add_distribute_flags,
+    distribute_config,
+    job_progress,
+    worker_line,
+)
+from kformer.cli.progress import add_log_flags
 from kformer.errors import BadInput
 
 # flags of `train classify` that set a ClassifyConfig field of the same name
@@ -74,32 +80,6 @@ def register(commands, train_tasks) -> None:
     predict.set_defaults(handler=predict_command)
 
 
-def add_distribute_flags(parser: argparse.ArgumentParser) -> None:
-    """``--distribute`` and the job's ``--coordinator``, ``--num-processes``, ``--process-id``."""
-    group = parser.add_argument_group(
-        "data-parallel training (README: Train on several machines)",
-        "Run the same command on every host, each with its own --process-id. Without --coordinator the job comes "
-        "from KERAS_DISTRIBUTION_* variables or Slurm / Open MPI, else it is this machine's devices. "
-        "--batch-size is the global batch; process 0 writes --out.")
-    group.add_argument("--distribute", action="store_true",
-                       help="train data-parallel on Keras' DataParallel (JAX backend) over every device of the job")
-    group.add_argument("--coordinator", metavar="HOST:PORT", help="address of process 0, the same on every host")
-    group.add_argument("--num-processes", type=int, metavar="N", help="processes in the job (one per host)")
-    group.add_argument("--process-id", type=int, metavar="I", help="this process: 0 (writes --out) to N-1")
-
-
-def distribute_config(args: argparse.Namespace):
-    """The :class:`~kformer.parallel.DistributeConfig` of ``--distribute`` (None without it)."""
-    job = (args.coordinator, args.num_processes, args.process_id)
-    if not args.distribute:
-        if any(value is not None for value in job):
-            raise BadInput("--coordinator, --num-processes and --process-id need {field}", field="distribute")
-        return None
-    from kformer.parallel import DistributeConfig
-
-    return DistributeConfig(*job) if any(value is not None for value in job) else DistributeConfig.from_env()
-
-
 # --- train classify --------------------------------------------------------------------------------
 
 
@@ -114,12 +94,10 @@ def train_command(args: argparse.Namespace) -> int:
     config = make_config(ClassifyConfig, "classify", args.recipe, {name: getattr(args, name) for name in SETTING_FLAGS})
     out = _out_dir(args)
     distribute = distribute_config(args)
-    chief = distribute is None or distribute.process_id in (None, 0)
     result = train(config, args.data, out, valid=args.valid, test=args.test, resume=args.resume,
-                   progress=progress_for(args) if chief else None, command=["kformer", *sys.argv[1:]],
+                   progress=job_progress(args, distribute), command=["kformer", *sys.argv[1:]],
                    distribute=distribute)
-    print(_summary_line(result.metrics, out) if result.folder == out else
-          f"process {distribute.process_id}: done; process 0 wrote the model (checkpoints for --resume in {result.folder})")
+    print(_summary_line(result.metrics, out) if result.folder == out else worker_line(distribute, result.folder))
     return 0
 
 

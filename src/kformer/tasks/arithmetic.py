@@ -19,12 +19,13 @@ The folder: ``kformer.json`` (task ``arithmetic``, the answer format and its voc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from kformer.artifacts import write_json_atomic
 from kformer.config import as_config, setting, to_dict
@@ -39,6 +40,9 @@ from kformer.tasks.base import (
     training_folder,
     write_curves,
 )
+
+if TYPE_CHECKING:
+    from kformer.parallel import Cluster, DistributeConfig
 
 TASK = "arithmetic"
 MANIFEST_KEYS = ("model_file", "format")
@@ -113,6 +117,7 @@ def train(
     resume: bool = False,
     progress: Progress | None = None,
     command: Sequence[str] | None = None,
+    distribute: DistributeConfig | None = None,
 ) -> TrainResult:
     """Train on generated problems, score held-out problems, write the model folder ``out``.
 
@@ -125,6 +130,10 @@ def train(
         resume: continue from the last checkpoint in ``out/training``.
         progress: called with :class:`~kformer.training.ProgressEvent` while training.
         command: recorded in ``metrics.json`` (the CLI passes its argv).
+        distribute: train data-parallel as one process of that job (:mod:`kformer.parallel`; JAX
+            backend). ``batch_size`` is the global batch: every process generates the same
+            problems and trains on its rows of each batch. Process 0 writes ``out``; the others
+            only their checkpoints beside it (their result's ``folder``).
 
     Returns:
         :class:`TrainResult`; ``metrics`` has ``exact_match``, ``char_accuracy``,
@@ -136,12 +145,21 @@ def train(
     config = as_config(ArithmeticConfig, config)
     out = Path(out)
     test_rows = _read_rows(test) if test is not None else None  # bad input fails before any writing
+    cluster = None
+    if distribute is not None:
+        from kformer.parallel import start
+
+        cluster = start(distribute)  # waits for every process of the job
+        out = cluster.folder(out)
     with training_folder(out, resume) as state_dir:  # refuses a foreign or busy folder; cleans up on failure
         if resume:
             config = _resumed_config(state_dir, config)
-        else:
+        if cluster is not None:
+            cluster.check_batch_size(config.batch_size)
+        if not resume:
             write_json_atomic(state_dir / STATE_FILE, {"settings": to_dict(config)})
-        model, seconds, steps, stopped = _fit(config, state_dir, resume, progress)
+        with contextlib.nullcontext() if cluster is None else cluster.scope():
+            model, seconds, steps, stopped = _fit(config, state_dir, resume, progress, cluster)
         arithmetic_model = ArithmeticModel(model, config.answer_format(), out, {})
         if test_rows is None:
             problems = config.answer_format().held_out_problems(config.held_out_size, seed=2026)
@@ -159,7 +177,8 @@ def train(
             "command": list(command or []),
             "recipe": to_dict(config),
         }
-        _write_folder(out, model, config, metrics)
+        if cluster is None or cluster.chief:
+            _write_folder(out, model, config, metrics)
     return TrainResult(folder=out, metrics=metrics, config=config)
 
 
@@ -175,9 +194,12 @@ def _resumed_config(state_dir: Path, config: ArithmeticConfig) -> ArithmeticConf
                                max_minutes=config.max_minutes)
 
 
-def _fit(config: ArithmeticConfig, state_dir: Path, resume: bool, progress: Progress | None):
-    """Build, compile and train the model; ``(model, seconds, steps done, stopped by budget)``."""
-    from kformer import training
+def _fit(config: ArithmeticConfig, state_dir: Path, resume: bool, progress: Progress | None,
+         cluster: Cluster | None = None):
+    """Build, compile and train the model; ``(model, seconds, steps done, stopped by budget)``. With a
+    ``cluster`` (call it inside :meth:`~kformer.parallel.Cluster.scope`) each process feeds its rows
+    and takes process 0's time-budget decisions."""
+    from kformer import parallel, training
     from kformer.models.seq2seq import Seq2SeqTransformer, compile_seq2seq
     from kformer.precision import precision_scope
 
@@ -202,17 +224,19 @@ def _fit(config: ArithmeticConfig, state_dir: Path, resume: bool, progress: Prog
     first_step = schedule.steps
     # Every batch is fresh problems, so the training loss already measures generalisation: no
     # separate validation set (and no second compilation for it).
-    result = training.fit(
-        model, problem_batches(fmt, config.batch_size, config.steps_per_epoch, seed=config.seed + 2), None,
-        epochs=config.epochs, out_dir=state_dir, patience=None, max_minutes=config.max_minutes,
-        resume=resume, callbacks=[schedule], progress=progress,
+    batches = problem_batches(fmt, config.batch_size, config.steps_per_epoch, seed=config.seed + 2, cluster=cluster)
+    result = parallel.fit(
+        cluster, model, batches, None, shard=False, epochs=config.epochs, out_dir=state_dir, patience=None,
+        max_minutes=config.max_minutes, resume=resume, callbacks=[schedule], progress=progress,
     )
     return model, result.seconds, schedule.steps - first_step, result.stopped_by_budget
 
 
-def problem_batches(fmt, batch_size: int, steps: int, seed: int):
+def problem_batches(fmt, batch_size: int, steps: int, seed: int, cluster: Cluster | None = None):
     """A ``keras.utils.PyDataset`` of ``steps`` batches of fresh training problems per epoch:
-    ``({"source": (batch, S), "target_in": (batch, T)}, target_out (batch, T))``."""
+    ``({"source": (batch, S), "target_in": (batch, T)}, target_out (batch, T))``. With a
+    ``cluster`` every process draws the same global batch and gets its rows of it
+    (:meth:`~kformer.parallel.Cluster.local`)."""
     import keras
     import numpy as np
 
@@ -226,7 +250,8 @@ def problem_batches(fmt, batch_size: int, steps: int, seed: int):
 
         def __getitem__(self, index):
             source, target_in, target_out = fmt.encode(*fmt.sample_training(self.rng, batch_size))
-            return {"source": source, "target_in": target_in}, target_out
+            batch = {"source": source, "target_in": target_in}, target_out
+            return batch if cluster is None else cluster.local(batch)
 
     return ProblemBatches()
 
