@@ -54,7 +54,9 @@ def test_train_from_a_tiny_file_writes_a_folder_with_auto_choices(runs):
     assert first.config.warmup_steps == auto["warmup_steps"]["value"] == 1  # 5% of 2 steps, at least 1
     assert first.auto == first.metrics["auto"]
     stages = [event.stage for event in runs["events"]]
-    assert stages[0] == "compiling" and stages[-1] == "done" and "epoch" in stages
+    assert stages[:2] == ["settings", "compiling"] and stages[-1] == "done" and "epoch" in stages
+    line = runs["events"][0].message  # one line saying what auto chose, before training
+    assert line.startswith("auto settings for 16 training pairs") and f"max_length={first.config.max_length}" in line
     manifest = json.loads((out / "kformer.json").read_text(encoding="utf-8"))
     assert manifest["task"] == "translate" and manifest["format_version"] >= 1
     assert manifest["max_source_length"] == first.config.max_length

@@ -37,10 +37,15 @@ def test_token_batches_respect_the_budget_and_cover_every_row_once(budget):
     assert len(shuffled) == len(token_budget_batches(LENGTHS, budget))  # the same count every epoch
 
 
-def test_short_rows_come_many_to_a_batch_and_long_ones_few():
-    batches = token_budget_batches(LENGTHS, 1024)  # without rng: shortest first
-    assert LENGTHS[batches[0]].max() <= 16 and len(batches[0]) >= 1024 // 16
-    assert LENGTHS[batches[-1]].min() > 96 and len(batches[-1]) <= 1024 // 96
+def test_short_rows_come_many_to_a_batch_and_long_ones_few_in_few_shapes():
+    batches = token_budget_batches(LENGTHS, 1024, np.random.default_rng(1))
+    shapes = {(len(b), bucket_width(int(LENGTHS[b].max()))) for b in batches}
+    widths = {width for _, width in shapes}
+    assert len(shapes) <= 2 * len(widths)  # per width: one full shape and at most one remainder
+    for width in widths:
+        assert max(rows for rows, w in shapes if w == width) == min(1024 // width, np.sum(
+            [bucket_width(int(n)) == width for n in LENGTHS]))
+    assert (1024 // 32, 32) in shapes and (1024 // 128, 128) in shapes  # 32 short rows a batch, 8 long ones
 
 
 def test_epoch_plan_covers_every_pair_once_and_a_resume_sees_the_same_order():
@@ -106,6 +111,15 @@ def test_training_rules_fit_the_corpus_and_the_budget(tokens, epochs, minutes, d
     assert warmup == pytest.approx(max(1, 0.05 * run / batch_tokens), abs=1) and "5%" in why
 
 
+def test_a_width_set_by_a_recipe_sizes_the_batch_for_that_width():
+    auto = training_rules(8_000, 40, 3.0)  # the tiny model's throughput
+    set_128 = training_rules(8_000, 40, 3.0, dim=128)
+    assert auto["dim"][0] == 64 and set_128["dim"][0] == 128 and "width 128" in set_128["dim"][1]
+    tokens = set_128["batch_tokens"][0]  # the small model's rate (2e-3), scaled down below 2048 tokens
+    assert set_128["learning_rate"][0] == pytest.approx(2e-3 * min(1.0, (tokens / 2048) ** 0.5), rel=1e-3)
+    assert translate_auto.nearest_size(100).dim == 128 and translate_auto.nearest_size(300).dim == 256
+
+
 def test_a_three_minute_run_reaches_its_peak_rate_early():
     rules = training_rules(135_000, 40, 3.0)
     size = translate_auto.SIZES[1]
@@ -142,3 +156,10 @@ def test_joshua_reader_splits_by_segment(tmp_path):
     (folder / "en-ta.meta.tsv").write_text("seg_id\torig_split\tref_index\nx_1\tdev\t0\n", encoding="utf-8")
     with pytest.raises(KformerError, match="line for line"):
         read_joshua_ipc(folder)
+
+
+def test_describe_is_one_line_with_every_choice():
+    chosen = {"dim": {"value": 128, "why": "..."}, "learning_rate": {"value": 0.0014, "why": "..."}}
+    line = translate_auto.describe(2804, 100_767, chosen)
+    assert line == ('auto settings for 2,804 training pairs, 100,767 target tokens: dim=128, learning_rate=0.0014 '
+                    '(reasons: metrics.json "auto")')

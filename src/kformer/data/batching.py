@@ -78,24 +78,23 @@ def token_budget_batches(
 ) -> list[np.ndarray]:
     """Index batches of similar-length rows, each padded to at most ``batch_tokens`` tokens.
 
-    Rows are sorted by length (ties in random order with ``rng``) and cut greedily: a batch grows
-    while ``rows x bucket_width(longest row)`` stays within ``batch_tokens`` -- the size the
-    batch has once :func:`pad_batch` pads it. A row longer than the budget is a batch of its own.
-    So short sentences come many to a batch and long ones few, every batch costs about the same,
-    and every row appears once. The cut depends only on the multiset of lengths, so the number
-    of batches is the same every epoch; with ``rng`` the batches are then shuffled.
+    Rows are sorted by length (ties in random order with ``rng``) and grouped by their
+    :func:`bucket_width`; each group is cut into batches of ``batch_tokens // width`` rows (at
+    least 1), the size the batch has once :func:`pad_batch` pads it. So short sentences come many
+    to a batch and long ones few, every batch costs about the same, and every row appears once.
+    Each width has one batch shape plus at most one smaller remainder, so a compiled training
+    step sees few shapes; the cut depends only on the lengths, so the number of batches (and
+    their shapes) is the same every epoch. With ``rng`` the batches are then shuffled.
     """
     lengths = np.asarray(lengths)
-    budget = int(batch_tokens)
     ties = np.arange(len(lengths)) if rng is None else rng.permutation(len(lengths))
     order = ties[np.argsort(lengths[ties], kind="stable")]
-    batches, start = [], 0
-    while start < len(order):
-        end = start + 1
-        while end < len(order) and (end + 1 - start) * bucket_width(max(int(lengths[order[end]]), 1)) <= budget:
-            end += 1
-        batches.append(order[start:end])
-        start = end
+    widths = np.array([bucket_width(max(int(n), 1)) for n in lengths[order]], dtype=np.int64)
+    batches = []
+    for width in np.unique(widths):
+        group = order[widths == width]
+        rows = max(1, int(batch_tokens) // int(width))
+        batches += [group[i : i + rows] for i in range(0, len(group), rows)]
     if rng is None:
         return batches
     return [batches[i] for i in rng.permutation(len(batches))]

@@ -24,7 +24,6 @@ logs, and what ``resume`` needs to rebuild the same model: ``state.json`` and th
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -50,7 +49,6 @@ from kformer.tasks.base import (
 )
 
 if TYPE_CHECKING:
-    from kformer.parallel import Cluster, DistributeConfig
     from kformer.training import Progress
 
 TASK = "translate"
@@ -288,7 +286,6 @@ def train(
     resume: bool = False,
     progress: Progress | None = None,
     command: Sequence[str] | None = None,
-    distribute: DistributeConfig | None = None,
 ) -> TrainResult:
     """Learn vocabularies, train, score the test pairs and write the model folder ``out``.
 
@@ -305,11 +302,6 @@ def train(
             ``max_minutes`` may change. Pass the same data.
         progress: called with :class:`~kformer.training.ProgressEvent` while training.
         command: recorded in ``metrics.json`` (the CLI passes its argv).
-        distribute: train data-parallel as one process of that job (:mod:`kformer.parallel`; JAX
-            backend). Every process reads the same pairs and learns the same vocabularies (checked),
-            builds the same global batches and feeds its rows of them; ``batch_size`` is the
-            global batch. Process 0 writes ``out``; the others only their checkpoints beside it
-            (their result's ``folder``).
 
     Returns:
         :class:`TrainResult`; ``metrics`` has ``test`` (BLEU, chrF, exact match), ``splits``,
@@ -319,12 +311,6 @@ def train(
     started = time.monotonic()
     config = as_config(TranslateConfig, config)
     out = Path(out)
-    cluster = None
-    if distribute is not None:
-        from kformer.parallel import start
-
-        cluster = start(distribute)  # waits for every process of the job
-        out = cluster.folder(out)
     check_out_folder(out)
     pairs = read_pair_data(data, "data")
     given_valid = None if valid is None else read_pair_data(valid, "valid")
@@ -333,20 +319,16 @@ def train(
         config = _resumed_config(out, config)
     train_pairs, valid_pairs, test_pairs = _splits(config, pairs, given_valid, given_test)
     prepared = _prepare(config, train_pairs, valid_pairs, out if resume else None)
-    if cluster is not None:
-        _check_job(cluster, prepared)
     with training_folder(out, resume) as state_dir:  # refuses a foreign or busy folder; cleans up on failure
         if not resume:
             _write_state(state_dir, prepared)
-        with contextlib.nullcontext() if cluster is None else cluster.scope():
-            model, fit_result, steps = _fit(prepared, state_dir, resume, progress, cluster)
+        model, fit_result, steps = _fit(prepared, state_dir, resume, progress)
         translator = Translator(model, prepared.source_vocab, prepared.target_vocab, out, {})
         scores, hypotheses = translator.score(test_pairs, beam=prepared.config.beam)
         metrics = _metrics(prepared, model, fit_result, steps, scores, time.monotonic() - started,
                            {"train": len(train_pairs), "valid": len(valid_pairs), "test": len(test_pairs)}, command)
-        if cluster is None or cluster.chief:
-            save(translator, out, to_dict(prepared.config), metrics,
-                 extra_files={TEST_TRANSLATIONS_FILE: _examples(test_pairs, hypotheses)})
+        save(translator, out, to_dict(prepared.config), metrics,
+             extra_files={TEST_TRANSLATIONS_FILE: _examples(test_pairs, hypotheses)})
     return TrainResult(folder=out, metrics=metrics, config=prepared.config, auto=prepared.auto.to_json())
 
 
@@ -409,7 +391,8 @@ def _prepare(config: TranslateConfig, train: list[Pair], valid: list[Pair], resu
     ))
     kept = _fitting(sources, targets, config.max_length)
     target_tokens = sum(len(ids) + 1 for ids in kept[1])  # [END] included
-    rules = translate_auto.training_rules(target_tokens, config.epochs, config.max_minutes)
+    rules = translate_auto.training_rules(target_tokens, config.epochs, config.max_minutes,
+                                          None if config.dim == AUTO else config.dim)
     if config.batch_size != AUTO:
         del rules["batch_tokens"]  # batches of batch_size pairs: no token budget
     config = auto.resolve(config, **rules)
@@ -426,7 +409,7 @@ def _prepare(config: TranslateConfig, train: list[Pair], valid: list[Pair], resu
 def _warmup(config: TranslateConfig, kept, target_tokens: int) -> tuple[int, str]:
     """The auto ``warmup_steps``: a share of the updates the run is expected to make (its epochs'
     batches, or fewer where the time budget ends it first)."""
-    size = next((s for s in translate_auto.SIZES if s.dim == config.dim), translate_auto.SIZES[1])
+    size = translate_auto.nearest_size(config.dim)
     plan = _batch_plan(config, kept, shuffle=False)
     per_step = max(1.0, target_tokens / plan.steps)
     expected = translate_auto.run_tokens(target_tokens, config.epochs, config.max_minutes, size)
@@ -470,21 +453,9 @@ def _build_model(config: TranslateConfig, source_vocab, target_vocab):
     )
 
 
-def _check_job(cluster: Cluster, prepared: _Prepared) -> None:
-    """A data-parallel run's checks: the global batch splits across the devices, and every
-    process learned the same vocabularies (else the same ids would mean different pieces)."""
-    batch_size = getattr(prepared.config, "batch_size", AUTO)
-    if batch_size != AUTO:
-        cluster.check_batch_size(batch_size)
-    pieces = [piece for vocab in (prepared.source_vocab, prepared.target_vocab)
-              for piece in vocab.pieces(range(vocab.vocab_size))]
-    cluster.check_same("the vocabulary", "\n".join(pieces).encode("utf-8"))
-
-
-def _fit(prepared: _Prepared, state_dir: Path, resume: bool, progress: Progress | None,
-         cluster: Cluster | None = None):
+def _fit(prepared: _Prepared, state_dir: Path, resume: bool, progress: Progress | None):
     """Build, compile and train; ``(model, FitResult, steps done in all runs)``."""
-    from kformer import parallel, training
+    from kformer import training
     from kformer.data.pairs import curriculum_levels
     from kformer.models.seq2seq import compile_seq2seq
 
@@ -492,6 +463,9 @@ def _fit(prepared: _Prepared, state_dir: Path, resume: bool, progress: Progress 
     training.set_seed(config.seed)
     from kformer.precision import precision_scope
 
+    if progress is not None:  # one line, before training: what "auto" chose
+        progress(training.ProgressEvent("settings", 0.0, message=translate_auto.describe(
+            len(prepared.train[0]), sum(len(ids) + 1 for ids in prepared.train[1]), prepared.auto.to_json())))
     with precision_scope(config.precision):
         model = _build_model(config, prepared.source_vocab, prepared.target_vocab)
     levels = None
@@ -515,9 +489,8 @@ def _fit(prepared: _Prepared, state_dir: Path, resume: bool, progress: Progress 
     limit = (config.max_length, config.max_length + 1)
     valid_plan = _batch_plan(config, prepared.valid, shuffle=False,
                              batch_size=None if config.batch_size == AUTO else max(config.batch_size, 64))
-    # with a cluster (inside its scope): each process feeds its rows of the global batches
-    result = parallel.fit(
-        cluster, model,
+    result = training.fit(
+        model,
         _dataset(prepared.train, plan, limits=limit, first_epoch=first_epoch),
         _dataset(prepared.valid, valid_plan, limits=limit),
         epochs=config.epochs, out_dir=state_dir, patience=config.patience, max_minutes=config.max_minutes,

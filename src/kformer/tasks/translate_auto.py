@@ -121,8 +121,9 @@ def model_size(target_tokens: int, epochs: int, max_minutes: float | None) -> tu
     if target_tokens >= BASE_CORPUS_TOKENS and run >= BASE_RUN_TOKENS:
         return base, (f"{target_tokens:,} training target tokens and about {run:,.0f} in the run "
                       f"(at least {BASE_CORPUS_TOKENS:,} and {BASE_RUN_TOKENS:,})")
-    return SIZES[1], (f"{target_tokens:,} training target tokens (the tiny model below {TINY_CORPUS_TOKENS:,}); "
-                      f"about {run:,.0f} in the run, below the {BASE_RUN_TOKENS:,} the base model needs")
+    return SIZES[1], (f"{target_tokens:,} training target tokens (the tiny model below {TINY_CORPUS_TOKENS:,}; the "
+                      f"base model from {BASE_CORPUS_TOKENS:,} and a run of {BASE_RUN_TOKENS:,} at its speed, "
+                      f"here about {run:,.0f})")
 
 
 def run_tokens(target_tokens: int, epochs: int, max_minutes: float | None, size: ModelSize) -> float:
@@ -138,11 +139,20 @@ def warmup_rule(updates: int) -> tuple[int, str]:
             f"{WARMUP_SHARE:.0%} of the ~{updates:,} updates expected, at least 1, at most {WARMUP_MAX}")
 
 
-def training_rules(target_tokens: int, epochs: int, max_minutes: float | None) -> dict[str, tuple]:
+def nearest_size(dim: int) -> ModelSize:
+    """The size in :data:`SIZES` whose width is nearest ``dim`` (for a width a recipe set)."""
+    return min(SIZES, key=lambda size: abs(size.dim - int(dim)))
+
+
+def training_rules(target_tokens: int, epochs: int, max_minutes: float | None,
+                   dim: int | None = None) -> dict[str, tuple]:
     """Model size, ``batch_tokens``, ``learning_rate``, ``tie_embeddings`` and ``norm_first`` for a
-    corpus of ``target_tokens`` training target subwords (``[END]`` included)."""
+    corpus of ``target_tokens`` training target subwords (``[END]`` included); with ``dim`` (a
+    width set by a recipe) the throughput, batch and rate of the nearest size."""
     target_tokens = max(int(target_tokens), 1)
     size, size_why = model_size(target_tokens, epochs, max_minutes)
+    if dim is not None:
+        size, size_why = nearest_size(dim), f"the nearest size to the width {dim} set"
     run = run_tokens(target_tokens, epochs, max_minutes, size)
     run_why = (f"{epochs} epochs of {target_tokens:,} target tokens" if max_minutes is None else
                f"about {run:,.0f} target tokens in the run ({max_minutes:g} min at ~{size.tokens_per_second:,.0f}/s "
@@ -165,3 +175,11 @@ def training_rules(target_tokens: int, epochs: int, max_minutes: float | None) -
         "learning_rate": (round(rate, 6), f"{size.learning_rate:g} for the {size.name} model, times "
                           "sqrt(batch_tokens / 2048) below 2048 tokens"),
     }
+
+
+def describe(pairs: int, target_tokens: int, chosen: dict[str, dict]) -> str:
+    """One line naming the corpus's size and each auto value (the reasons are in metrics.json)."""
+    values = ", ".join(f"{name}={item['value']:g}" if isinstance(item["value"], float) else f"{name}={item['value']}"
+                       for name, item in chosen.items())
+    return (f"auto settings for {pairs:,} training pairs, {target_tokens:,} target tokens: {values or 'none'} "
+            "(reasons: metrics.json \"auto\")")
