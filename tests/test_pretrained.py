@@ -1,0 +1,153 @@
+"""BERT backbones (issue 9 part 2): the mean-pooling head, bucketed prediction equal to fully padded
+prediction, weight decay exclusions and a time budget's learning-rate decay. Tiny randomly
+initialised ``bert-scratch`` models keep these fast."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kformer.text.vocabulary import RESERVED_TOKENS
+
+VOCABULARY = [*RESERVED_TOKENS, "my", "card", "has", "not", "arrived", "refund", "please", "top", "up", "failed",
+              *[str(i) for i in range(40)]]
+
+
+def _tiny(pooling: str = "mean", n_classes: int = 3, max_length: int = 40):
+    from kformer.models.pretrained import build_bert_classifier
+
+    return build_bert_classifier("bert-scratch", n_classes, max_length, vocabulary=VOCABULARY, layers=1, dim=16,
+                                 heads=2, ff_dim=32, dropout=0.0, pooling=pooling)
+
+
+def _texts(n: int, seed: int = 0) -> list[str]:
+    rng = np.random.default_rng(seed)
+    words = VOCABULARY[len(RESERVED_TOKENS):]
+    return [" ".join(rng.choice(words, size=int(rng.integers(1, 20)))) for _ in range(n)]
+
+
+def _classifier(model, tmp_path: Path, n_classes: int = 3):
+    from kformer.tasks.classify import Classifier
+
+    return Classifier(tmp_path, {"labels": [f"c{i}" for i in range(n_classes)], "kind": "bert"}, model)
+
+
+def test_mean_pooling_averages_only_real_tokens_and_ignores_padding():
+    import keras
+
+    from kformer.models.bert_classifier import MeanPoolBertClassifier
+    from kformer.models.pretrained import bert_inputs
+
+    model = _tiny()
+    assert isinstance(model, MeanPoolBertClassifier)
+    ids = np.array([[2, 5, 6, 3, 0, 0, 0, 0]], dtype="int32")  # [CLS] my card [SEP] + padding
+    short, long = bert_inputs(keras.ops.convert_to_tensor(ids[:, :4]))[0], bert_inputs(keras.ops.convert_to_tensor(ids))[0]
+    out_short = keras.Model.predict_on_batch(model, short)
+    out_long = keras.Model.predict_on_batch(model, long)
+    np.testing.assert_allclose(out_short, out_long, atol=1e-6)
+    # the head sees the mean of the backbone's token vectors over the 4 real tokens
+    sequence = np.asarray(model.backbone(long)["sequence_output"])[0]
+    logits_layer = model.get_layer("logits")
+    expected = keras.activations.softmax(sequence[:4].mean(axis=0, keepdims=True) @ logits_layer.kernel.numpy()
+                                         + logits_layer.bias.numpy())
+    np.testing.assert_allclose(out_long, np.asarray(expected), atol=1e-5)
+
+
+def test_mean_pooling_model_saves_and_loads_in_safe_mode_and_predicts_raw_text(tmp_path):
+    import keras
+
+    model = _tiny()
+    path = tmp_path / "m.keras"
+    model.save(path)
+    import kformer.models.bert_classifier  # noqa: F401  registration, as classify.load does
+
+    loaded = keras.saving.load_model(path, safe_mode=True)
+    assert type(loaded).__name__ == "MeanPoolBertClassifier" and loaded.get_layer("mean_pooling")
+    texts = ["my card has not arrived", "refund please"]
+    np.testing.assert_allclose(loaded.predict(texts, verbose=0), model.predict(texts, verbose=0), atol=1e-6)
+
+
+def test_bucketed_bert_prediction_equals_full_padding(tmp_path):
+    """Sorted by length, cut to each batch's longest row (width buckets) and padded to batch
+    buckets: the same probabilities as every text padded to max_length in input order."""
+    classifier = _classifier(_tiny(max_length=24), tmp_path)
+    texts = _texts(48)
+    ids = classifier.features(texts)
+    assert ids.shape == (48, 24)
+    bucketed = classifier.probabilities(texts, batch_size=16)  # 3 batches of 16 rows, each its own width
+    lengths = np.sort((ids != 0).sum(axis=1))
+    assert lengths[15] <= 16 and lengths[-1] > 16  # the texts really fall in different width buckets
+    full = classifier._probabilities_of_ids(ids)  # one batch, every row padded to max_length
+    assert full.shape == (48, 3)
+    np.testing.assert_allclose(bucketed, full, atol=1e-5)
+    # batch sizes past the largest batch bucket are cut to it: no new (retraced) shapes
+    np.testing.assert_allclose(classifier.probabilities(texts, batch_size=256), full, atol=1e-5)
+
+
+def test_adamw_leaves_biases_and_layer_norms_undecayed(tmp_path):
+    from kformer.tasks.classify import ClassifyConfig, _compile
+
+    model = _tiny()
+    config = ClassifyConfig(backbone="bert-scratch", learning_rate=1e-3, epochs=1)
+    _compile(model, config, 10, "bert")
+    decayed = {v.path for v in model.trainable_variables if model.optimizer._use_weight_decay(v)}
+    names = {v.path.rsplit("/", 1)[-1] for v in model.trainable_variables if v.path not in decayed}
+    assert names == {"bias", "gamma", "beta"}
+    assert any(p.endswith("kernel") for p in decayed) and any("embeddings" in p for p in decayed)
+
+
+def test_time_budget_decays_the_rate_to_zero_by_the_cut(monkeypatch):
+    """A run cut by max_minutes ends at a low rate, even though its step-based decay is barely
+    started."""
+    import kformer.training as training
+
+    now = [0.0]
+    monkeypatch.setattr(training.time, "monotonic", lambda: now[0])
+
+    class Optimizer:
+        class learning_rate:  # noqa: N801
+            value = None
+
+            @classmethod
+            def assign(cls, value):
+                cls.value = value
+
+    class Model:
+        optimizer = Optimizer
+
+    callback = training.budget_schedule(1e-4, 10, 10_000, budget_seconds=100.0, final_ratio=0.0, decay="linear")
+    callback.set_model(Model)
+    callback.on_train_begin()
+    rates = []
+    for step in range(60):
+        callback.on_train_batch_begin(step)
+        rates.append(Optimizer.learning_rate.value)
+        now[0] += 2.0  # 2 s a batch: the 100 s budget ends after about 50 batches
+        callback.on_train_batch_end(step)
+    assert rates[9] == pytest.approx(1e-4)  # warmed up
+    assert rates[30] == pytest.approx(1e-4 * (1 - 58 / 98), rel=1e-6)  # the clock (from the first batch's end) leads
+    assert rates[52] == 0.0 and rates[-1] == 0.0
+    resumed = training.budget_schedule(1e-4, 10, 10_000, final_ratio=0.0, decay="linear", initial_step=5_005)
+    resumed.set_model(Model)
+    resumed.on_train_begin()
+    resumed.on_train_batch_begin(0)
+    assert Optimizer.learning_rate.value == pytest.approx(1e-4 * 0.5)  # a resumed run continues its decay
+
+
+def test_pretrained_run_records_pooling_and_trains_under_a_time_budget(tmp_path):
+    from kformer.tasks import classify
+
+    rows = [("my card has not arrived " + str(i % 7), "card") for i in range(40)]
+    rows += [("refund please " + str(i % 7), "refund") for i in range(40)]
+    texts, labels = [t for t, _ in rows], [lb for _, lb in rows]
+    settings = {"backbone": "bert-scratch", "dim": 16, "heads": 2, "ff_dim": 32, "blocks": 1, "max_length": 16,
+                "epochs": 3, "batch_size": 16, "learning_rate": 5e-3, "max_minutes": 5.0, "vocab_size": 200}
+    result = classify.train(settings, (texts, labels), tmp_path / "out")
+    manifest = json.loads((tmp_path / "out" / "kformer.json").read_text(encoding="utf-8"))
+    assert manifest["kind"] == "bert" and manifest["pooling"] == "mean"
+    model = classify.load(tmp_path / "out")
+    assert type(model.model).__name__ == "MeanPoolBertClassifier"
+    assert result.metrics["valid"]["accuracy"] >= 0.9
