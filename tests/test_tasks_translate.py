@@ -16,7 +16,7 @@ from conftest import number_pairs, write_tsv_pairs
 import kformer
 from kformer.config import build_config, make_config
 from kformer.errors import BadInput
-from kformer.metrics import translation_scores
+from kformer.metrics import repetition_share, translation_scores
 from kformer.tasks import translate
 from kformer.tasks.translate import TranslateConfig
 
@@ -82,6 +82,8 @@ def test_load_translate_evaluate(runs, tmp_path):
     expected = translation_scores(translations[:-1], [t for _, t in runs["pairs"]])
     assert scores["n"] == 16 and scores["chrf"] == pytest.approx(expected["chrf"])
     assert scores["exact_match"] == pytest.approx(expected["exact_match"])
+    stuck = repetition_share(translations[:-1], translator.target_vocab.encode(translations[:-1]))
+    assert scores["repetition"] == pytest.approx(stuck)  # words or target subwords repeated 4+ times in a row
     assert json.loads((tmp_path / "eval" / "scores.json").read_text(encoding="utf-8")) == scores
     assert len(json.loads((tmp_path / "eval" / "translations.json").read_text(encoding="utf-8"))) == 16
     # a smaller batch (another padding width) and the module alias give the same translations

@@ -82,9 +82,12 @@ def test_vocab_rules_by_script_and_size():
     tamil = side_shape(["நோயாளிக்கு காய்ச்சல் உள்ளது", "கைகளை கழுவுங்கள்"] * 50)
     assert (english.script, tamil.script, english.distinct_words) == ("LATIN", "TAMIL", 9)
     same = vocab_rules(english, spanish)
-    assert same["shared_vocab"][0] is True and same["vocab_size"][0] == same["target_vocab_size"][0] == 1000
+    assert same["shared_vocab"][0] is True and same["vocab_size"][0] == 1000 and "target_vocab_size" not in same
     apart = vocab_rules(english, tamil)
     assert apart["shared_vocab"][0] is False and "Tamil" in apart["shared_vocab"][1]
+    assert apart["vocab_size"][0] == apart["target_vocab_size"][0] == 1000
+    forced = vocab_rules(english, spanish, shared=False)  # --no-shared-vocab: a size per side, nothing else
+    assert set(forced) == {"vocab_size", "target_vocab_size"}
     words = vocab_rules(english, tamil, words=True)  # whole words: one vocabulary, as the Tamil lesson's
     assert set(words) == {"shared_vocab"} and words["shared_vocab"][0] is True
     big = vocab_rules(translate_auto.SideShape(10**6, 35_376, "LATIN"), translate_auto.SideShape(10**6, 17_303, "TAMIL"))

@@ -372,8 +372,11 @@ def _prepare(config: TranslateConfig, train: list[Pair], valid: list[Pair], resu
                                                        else f"at least {TINY_CORPUS_PAIRS}"),
         ))
         sides = [p.source for p in train], [p.target for p in train]
-        config = auto.resolve(config, **translate_auto.vocab_rules(*(translate_auto.side_shape(side) for side in sides),
-                                                                   words=config.tokens == "words"))
+        config = auto.resolve(config, **translate_auto.vocab_rules(
+            *(translate_auto.side_shape(side) for side in sides), words=config.tokens == "words",
+            shared=None if config.shared_vocab == AUTO else config.shared_vocab))
+        if config.shared_vocab and config.tokens == "subwords":  # one vocabulary: the target's is the shared one
+            config = auto.resolve(config, target_vocab_size=(config.vocab_size, "the shared vocabulary"))
         if config.tokens == "words":
             source_vocab, target_vocab = learn_word_vocabularies(*sides, config.shared_vocab)
         else:

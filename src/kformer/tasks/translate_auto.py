@@ -84,28 +84,30 @@ def _vocab_size(distinct_words: int) -> int:
     return int(min(MAX_VOCAB, max(MIN_VOCAB, size)))
 
 
-def vocab_rules(source: SideShape, target: SideShape, words: bool = False) -> dict[str, tuple]:
-    """``shared_vocab``, ``vocab_size`` (source or shared) and ``target_vocab_size``; with
-    ``words`` (whole-word tokens) one vocabulary of every word, as the Tamil lesson's."""
+def vocab_rules(source: SideShape, target: SideShape, words: bool = False,
+                shared: bool | None = None) -> dict[str, tuple]:
+    """``shared_vocab`` (unless ``shared`` is already set), ``vocab_size`` (the shared or the
+    source's) and, for separate vocabularies, ``target_vocab_size``; with ``words`` (whole-word
+    tokens) one vocabulary of every word, as the Tamil lesson's."""
     if words:
         return {"shared_vocab": (True, "whole words: one vocabulary of every training word, as the Tamil lesson's")}
-    same = source.script == target.script
+    rules = {}
+    if shared is None:
+        shared = source.script == target.script
+        rules["shared_vocab"] = (
+            (shared, f"both sides in {source.script.title()} script: names, numbers and cognates share pieces")
+            if shared else
+            (shared, f"{source.script.title()} source, {target.script.title()} target: a vocabulary per script, "
+                     "so each side gets all its pieces"))
     sizing = f"about distinct words / {WORDS_PER_PIECE_SLOT}, rounded to {VOCAB_STEP}, within {MIN_VOCAB}..{MAX_VOCAB}"
-    if same:
-        words = source.distinct_words + target.distinct_words
-        size = _vocab_size(words)
-        return {
-            "shared_vocab": (True, f"both sides in {source.script.title()} script: names, numbers and cognates share pieces"),
-            "vocab_size": (size, f"{words} distinct words on both sides: {sizing}"),
-            "target_vocab_size": (size, "the shared vocabulary"),
-        }
-    return {
-        "shared_vocab": (False, f"{source.script.title()} source, {target.script.title()} target: a vocabulary per "
-                         "script, so each side gets all its pieces"),
-        "vocab_size": (_vocab_size(source.distinct_words), f"{source.distinct_words} distinct source words: {sizing}"),
-        "target_vocab_size": (_vocab_size(target.distinct_words),
-                              f"{target.distinct_words} distinct target words: {sizing}"),
-    }
+    if shared:
+        words_both = source.distinct_words + target.distinct_words
+        rules["vocab_size"] = (_vocab_size(words_both), f"{words_both} distinct words on both sides: {sizing}")
+        return rules
+    rules["vocab_size"] = (_vocab_size(source.distinct_words), f"{source.distinct_words} distinct source words: {sizing}")
+    rules["target_vocab_size"] = (_vocab_size(target.distinct_words),
+                                  f"{target.distinct_words} distinct target words: {sizing}")
+    return rules
 
 
 def _power_of_two_below(value: float) -> int:
