@@ -50,7 +50,7 @@ def test_train_from_lists_then_predict(trained, files):
     manifest = json.loads((result.folder / "kformer.json").read_text(encoding="utf-8"))
     assert manifest["labels"] == model.labels == LABELS and manifest["format_version"] >= 1
     assert result.metrics["test"]["n"] == 60 and result.metrics["test"]["accuracy"] >= 0.9
-    assert result.metrics["auto"] == {} and result.config.learning_rate == 0.003  # given, not chosen
+    assert "learning_rate" not in result.metrics["auto"] and result.config.learning_rate == 0.003  # given, not chosen
 
     texts = ["my laptop screen will not boot", "refund the duplicate invoice", "vpn password locked", ""]
     probs = model.probabilities(texts)
@@ -118,9 +118,11 @@ def test_warmup_covers_every_shape_a_request_can_bring(trained, monkeypatch):
     assert warmed == {(rows, width) for rows in (1, 4, 16, 64) for width in (8, 16)}  # max_length 16
     shapes.clear()
     texts = [" ".join(["laptop"] * n) for n in range(1, 30)]
+    together = model.predict(texts, batch_size=64)
     for batch_size in (1, 3, 5, 29):
-        alone = model.predict(texts, batch_size=batch_size)
-        assert alone == model.predict(texts, batch_size=64)  # padding rows changes no answer
+        alone = model.predict(texts, batch_size=batch_size)  # padding rows changes no answer (float noise aside)
+        assert [r["label"] for r in alone] == [r["label"] for r in together]
+        np.testing.assert_allclose([r["probability"] for r in alone], [r["probability"] for r in together], atol=2e-6)
     assert set(shapes) <= warmed
 
 

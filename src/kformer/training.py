@@ -99,10 +99,11 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
 class ProgressEvent:
     """One report from a training run, for a caller's ``progress`` function.
 
-    ``stage`` is ``"compiling"`` (the first batch, which traces/compiles the step), ``"training"``
-    (a batch ended), ``"epoch"`` (an epoch ended; ``logs`` has its training and validation
-    metrics) or ``"done"``. ``fraction`` is the share of the run done: of the steps, or of the
-    time budget when that ends first.
+    ``stage`` is ``"settings"`` (before training: ``message`` says what the task chose, e.g. its
+    ``auto`` settings), ``"compiling"`` (the first batch, which traces/compiles the step),
+    ``"training"`` (a batch ended), ``"epoch"`` (an epoch ended; ``logs`` has its training and
+    validation metrics) or ``"done"``. ``fraction`` is the share of the run done: of the steps, or
+    of the time budget when that ends first.
     """
 
     stage: str
@@ -114,9 +115,13 @@ class ProgressEvent:
     seconds: float = 0.0
     seconds_left: float | None = None
     logs: dict[str, float] = field(default_factory=dict)
+    message: str = ""
 
     def line(self) -> str:
-        """One readable line: ``epoch 3/10  loss 0.4123  accuracy 0.8812  val_loss ...  12 s  ~40 s left``."""
+        """One readable line: ``epoch 3/10  loss 0.4123  accuracy 0.8812  val_loss ...  12 s  ~40 s left``
+        (a ``"settings"`` event: its ``message``)."""
+        if self.stage == "settings":
+            return self.message
         parts = [f"epoch {self.epoch}" + (f"/{self.epochs}" if self.epochs and self.epochs < 10**6 else "")]
         parts += [f"{name} {value:.4f}" for name, value in self.logs.items() if name != "learning_rate"]
         parts.append(f"{self.seconds:.0f} s")
@@ -129,7 +134,7 @@ class ProgressEvent:
         return {"stage": self.stage, "epoch": self.epoch, "epochs": self.epochs, "step": self.step,
                 "fraction": round(self.fraction, 4), "seconds": round(self.seconds, 2),
                 "seconds_left": None if self.seconds_left is None else round(self.seconds_left, 1),
-                **{k: round(v, 6) for k, v in self.logs.items()}}
+                **{k: round(v, 6) for k, v in self.logs.items()}, **({"message": self.message} if self.message else {})}
 
 
 Progress = Callable[[ProgressEvent], None]
@@ -380,6 +385,30 @@ def restore_checkpoint(model: keras.Model, out_dir: str | os.PathLike) -> int:
     return epochs_done
 
 
+class BestEpoch(keras.callbacks.EarlyStopping):
+    """Early stopping where a tie on ``monitor`` goes to the epoch with the lower loss (validation
+    loss when ``monitor`` is a validation metric). A metric such as validation macro-F1 often
+    repeats its best value on easy data; the later, lower-loss epoch is then kept rather than the
+    first, less trained one."""
+
+    def __init__(self, monitor: str = "val_loss", **kwargs):
+        super().__init__(monitor=monitor, **kwargs)
+        self.tie_breaker = "val_loss" if monitor.startswith("val_") else "loss"
+        self._loss = self._best_loss = None
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._loss = (logs or {}).get(self.tie_breaker)
+        super().on_epoch_end(epoch, logs)
+
+    def _is_improvement(self, monitor_value, reference_value):
+        better = super()._is_improvement(monitor_value, reference_value)
+        if not better and monitor_value == reference_value and None not in (self._loss, self._best_loss):
+            better = self._loss < self._best_loss
+        if better:
+            self._best_loss = self._loss
+        return better
+
+
 def standard_callbacks(
     out_dir: str | os.PathLike,
     patience: int | None = 2,
@@ -400,7 +429,7 @@ def standard_callbacks(
     out_dir.mkdir(parents=True, exist_ok=True)
     callbacks: list[keras.callbacks.Callback] = [TimeBudget(max_minutes)]
     callbacks.append(
-        keras.callbacks.EarlyStopping(
+        BestEpoch(
             monitor=monitor,
             patience=patience if patience is not None else 10**9,
             restore_best_weights=True,
@@ -525,15 +554,21 @@ def _steps_per_epoch(x, batch_size: int | None) -> int | None:
 # --- time-budget schedule (generated-data and seq2seq training) -------------------------------
 
 
-def budget_schedule(peak, warmup_steps, total_steps, budget_seconds=None, final_ratio=0.02):
-    """A callback setting the learning rate: linear warmup over ``warmup_steps``, then cosine decay
-    to ``peak * final_ratio`` by whichever comes first, ``total_steps`` or the end of
-    ``budget_seconds`` of training (so a time-bounded run still ends at a low rate). The clock
-    for the budget starts after the first batch, whose time (graph tracing / XLA compilation)
-    is taken off the budget rather than off the decay. Its ``steps`` counts batches."""
+def budget_schedule(peak, warmup_steps, total_steps, budget_seconds=None, final_ratio=0.02, *, decay="cosine",
+                    initial_step: int = 0):
+    """A callback setting the learning rate: linear warmup over ``warmup_steps``, then ``decay``
+    (``"cosine"`` or ``"linear"``) to ``peak * final_ratio`` by whichever comes first,
+    ``total_steps`` or the end of ``budget_seconds`` of training (so a time-bounded run still ends
+    at a low rate). The clock for the budget starts after the first batch, whose time (graph
+    tracing / XLA compilation) is taken off the budget rather than off the decay. Its ``steps``
+    counts batches, from ``initial_step`` (a resumed run's optimizer step). In a data-parallel
+    run follow it with :func:`kformer.parallel.follow_chief_rate` (process 0's rate for all).
+    """
+    if decay not in ("cosine", "linear"):
+        raise ValueError(f"decay must be 'cosine' or 'linear', got {decay!r}")
 
-    class WarmupCosineByBudget(keras.callbacks.Callback):
-        steps = 0
+    class WarmupDecayByBudget(keras.callbacks.Callback):
+        steps = int(initial_step)
 
         def on_train_begin(self, logs=None):
             self.began = time.monotonic()
@@ -546,8 +581,10 @@ def budget_schedule(peak, warmup_steps, total_steps, budget_seconds=None, final_
             progress = (self.steps - warmup) / max(int(total_steps) - warmup, 1)
             if self.budget and self.start is not None:
                 progress = max(progress, (time.monotonic() - self.start) / max(self.budget, 1e-3))
+            progress = min(progress, 1.0)
             floor = peak * final_ratio
-            return floor + (peak - floor) * 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+            shape = 0.5 * (1.0 + math.cos(math.pi * progress)) if decay == "cosine" else 1.0 - progress
+            return floor + (peak - floor) * shape
 
         def on_train_batch_begin(self, batch, logs=None):
             self.model.optimizer.learning_rate.assign(self.rate())
@@ -559,4 +596,4 @@ def budget_schedule(peak, warmup_steps, total_steps, budget_seconds=None, final_
                 if budget_seconds:
                     self.budget = budget_seconds - (self.start - self.began)
 
-    return WarmupCosineByBudget()
+    return WarmupDecayByBudget()

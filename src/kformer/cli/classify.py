@@ -24,8 +24,9 @@ from kformer.cli.progress import add_log_flags
 from kformer.errors import BadInput
 
 # flags of `train classify` that set a ClassifyConfig field of the same name
-SETTING_FLAGS = ("backbone", "epochs", "max_length", "batch_size", "learning_rate", "label_smoothing",
-                 "class_weights", "vocab_size", "patience", "seed", "max_minutes", "text_column", "label_column")
+SETTING_FLAGS = ("backbone", "pooling", "epochs", "max_length", "batch_size", "learning_rate", "label_smoothing",
+                 "class_weights", "vocab_size", "patience", "seed", "max_minutes", "text_column", "label_column",
+                 "calibrate", "freeze")
 PREDICT_CHUNK = 4096  # texts read, labelled and written at a time by `kformer predict`
 
 
@@ -36,7 +37,8 @@ def register(commands, train_tasks) -> None:
         help="train a text classifier from a labelled file",
         description="Train a text classifier (kformer's encoder, a small BERT, or pretrained MiniLM) "
         "on CSV/TSV/JSONL (optionally .gz) or a folder of label folders (pos/, neg/ of .txt files). "
-        "Settings come from --recipe, then the flags below.",
+        "Settings come from --recipe, then the flags below; what neither sets is chosen from the training data "
+        "(auto: printed before training, with reasons in metrics.json; README: Classify text).",
     )
     train.add_argument("--data", required=True, metavar="TRAIN", help="labelled training file or folder")
     train.add_argument("--valid", metavar="FILE", help="validation file (default: a stratified hold-out of TRAIN)")
@@ -46,18 +48,32 @@ def register(commands, train_tasks) -> None:
     train.add_argument("--label-column", default=None, help="column holding the label (default: label)")
     train.add_argument("--recipe", metavar="NAME|PATH", help="named recipe (imdb, banking77, tickets) or a TOML file")
     train.add_argument("--backbone", help="scratch (kformer encoder, default), bert-scratch, minilm, or a KerasHub/Hugging Face BERT folder")
-    train.add_argument("--epochs", type=int, metavar="N", help="maximum epochs (early stopping may end sooner)")
-    train.add_argument("--max-length", type=int, metavar="N", help="tokens per text; longer texts are truncated")
-    train.add_argument("--batch-size", type=int, metavar="N", help="texts per training step")
-    train.add_argument("--learning-rate", type=float, metavar="LR", help="peak learning rate (after warmup)")
-    train.add_argument("--label-smoothing", type=float, metavar="EPS", help="label smoothing (0 = off)")
+    train.add_argument("--pooling", choices=("mean", "cls"), help="BERT backbones' text vector: mean of the non-padding "
+                       "token vectors (default; how all-MiniLM-L6-v2 was trained) or cls, the [CLS] pooler")
+    train.add_argument("--epochs", type=int, metavar="N", help="maximum epochs, early stopping may end sooner (default: auto, about 5,000 steps fitted to "
+                       "--max-minutes)")
+    train.add_argument("--max-length", type=int, metavar="N", help="tokens per text; longer texts are truncated (default: auto, the 95th percentile of the "
+                       "training texts)")
+    train.add_argument("--batch-size", type=int, metavar="N", help="texts per training step (default: auto, 32/64/128 by training rows)")
+    train.add_argument("--learning-rate", type=float, metavar="LR", help="peak learning rate after warmup (default: auto, 2e-3 from scratch, 5e-5 "
+                       "pretrained)")
+    train.add_argument("--label-smoothing", type=float, metavar="EPS", help="label smoothing, 0 = off (default: auto, 0.1 from 10 classes)")
     train.add_argument("--class-weights", action="store_true", default=None, help="weight classes inversely to their frequency")
-    train.add_argument("--vocab-size", type=int, metavar="N", help="vocabulary size learned from the training text")
-    train.add_argument("--patience", type=int, metavar="N", help="epochs without validation improvement before stopping")
+    train.add_argument("--vocab-size", type=int, metavar="N", help="vocabulary size learned from the training text (default: auto, the words seen "
+                       "twice)")
+    train.add_argument("--patience", type=int, metavar="N", help="epochs without validation macro-F1 improvement before stopping (default: auto, a "
+                       "quarter of the epochs, at least 3)")
     train.add_argument("--out", metavar="DIR", help="model folder to write (default: runs/<name of TRAIN>)")
     train.add_argument("--seed", type=int, metavar="N", help="random seed (default 0)")
     train.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
     train.add_argument("--max-minutes", type=float, metavar="M", help="stop training after M minutes, keeping the best weights")
+    train.add_argument("--freeze", action="store_true", default=None,
+                       help="BERT backbones: keep the pretrained weights, compute each text's vector once (cached "
+                       "in OUT/training/) and train only the head: minutes instead of hours on a CPU")
+    train.add_argument("--calibrate", action="store_true", default=None,
+                       help="choose the --threshold of the unknown route on the validation set (--valid labels the "
+                       "training data lacks count as out-of-scope texts; without them 95%% of the correct "
+                       "predictions stay above it) and store it in the folder: predict and serve use it by default")
     add_log_flags(train)
     add_distribute_flags(train)
     train.set_defaults(handler=train_command)
@@ -74,7 +90,8 @@ def register(commands, train_tasks) -> None:
     predict.add_argument("--text-column", default=None, help="text column of --data (default: the model's)")
     predict.add_argument("--format", choices=("jsonl", "csv"), default="jsonl", help="output format (default jsonl)")
     predict.add_argument("--top-k", type=int, default=1, metavar="K", help="also list the K most likely labels")
-    predict.add_argument("--threshold", type=float, metavar="P", help="below this probability, answer --unknown-label")
+    predict.add_argument("--threshold", type=float, metavar="P", help="below this probability, answer --unknown-label (default: the folder's calibrated threshold "
+                         "from train --calibrate, else none; 0 turns it off)")
     predict.add_argument("--unknown-label", default="unknown", metavar="NAME", help="label for low-confidence texts (default: unknown)")
     predict.add_argument("--batch-size", type=int, default=64, metavar="N", help="texts per prediction batch")
     predict.set_defaults(handler=predict_command)

@@ -46,7 +46,6 @@ import numpy as np
 from kformer.config import (
     AUTO,
     Auto,
-    AutoChoices,
     as_config,
     build_config,
     coerce,
@@ -78,6 +77,9 @@ SCRATCH_BACKBONES = ("scratch", "bert-scratch")
 # settings a resumed run takes from the caller; all others come from training/state.json
 RESUMABLE = ("epochs", "patience", "max_minutes")
 MAX_LABELS = 1000  # more labels in the training data is refused (see _read_all)
+# early stopping keeps the epoch of best validation macro-F1 (a Keras F1Score over the validation
+# batches: argmax vs label, per-class F1 averaged); validation loss can rise while accuracy climbs
+MONITOR = "val_macro_f1"
 
 Data = str | os.PathLike | tuple[Sequence[str], Sequence[str]] | LabelledTexts
 
@@ -92,33 +94,49 @@ class ClassifyConfig:
     text_column: str = setting("text", "data", "column holding the text")
     label_column: str = setting("label", "data", "column holding the label")
     tokenizer: Literal["word", "wordpiece"] = setting("word", "data", "word or wordpiece (scratch backbones only)")
-    truncation: Literal["head", "tail", "head_tail"] = setting(
-        "head", "data", "which part of a long text to keep (word tokenizer)")
+    truncation: Literal["head", "tail", "head_tail"] | Auto = setting(
+        AUTO, "data", "which part of a long text to keep, word tokenizer (auto: head_tail when more than 5 % "
+        "of the training texts are cut, else head)")
     ngrams: int = setting(1, "data", "2: the word vocabulary also holds word bigrams (fastText-style)")
-    vocab_size: int = setting(8000, "data", "vocabulary size learned from the training text")
-    max_length: int = setting(128, "data", "tokens per text; longer texts are truncated")
+    vocab_size: int | Auto = setting(AUTO, "data", "vocabulary size learned from the training text (auto: every "
+                                     "distinct training word, at most 30,000)")
+    max_length: int | Auto = setting(AUTO, "data", "tokens per text; longer texts are truncated (auto: the 95th "
+                                     "percentile of the training texts' lengths, within 16..256)")
     valid_fraction: float = setting(0.1, "data", "stratified hold-out share when no validation data is given")
 
     backbone: str = setting("scratch", "model", "scratch | bert-scratch | minilm | a KerasHub/Hugging Face BERT folder")
-    dim: int = setting(64, "model", "model width")
-    heads: int = setting(2, "model", "attention heads")
-    ff_dim: int = setting(128, "model", "feed-forward width")
-    blocks: int = setting(1, "model", "encoder blocks")
-    dropout: float = setting(0.1, "model", "dropout rate")
+    pooling: Literal["mean", "cls"] = setting(
+        "mean", "model", "BERT backbones' text vector: mean of the non-padding token vectors (how all-MiniLM-L6-v2 "
+        "was trained), or cls: the [CLS] pooler")
+    freeze: bool = setting(
+        False, "model", "BERT backbones: keep the backbone's weights; text vectors are computed once (cached in "
+        "training/) and only the head is trained")
+    dim: int | Auto = setting(AUTO, "model", "model width (auto: 128; 64 for few rows or long texts)")
+    heads: int | Auto = setting(AUTO, "model", "attention heads (auto: 4 at dim 128, else 2)")
+    ff_dim: int | Auto = setting(AUTO, "model", "feed-forward width (auto: twice dim)")
+    blocks: int | Auto = setting(AUTO, "model", "encoder blocks (auto: 1; 2 from 100,000 rows of short texts)")
+    dropout: float | Auto = setting(AUTO, "model", "dropout rate (auto: 0.2 below 500 training rows per class, else 0.1)")
     positions: Literal["learned", "sinusoidal"] = setting("learned", "model", "position embeddings")
     window: int = setting(0, "model", "> 0: self-attention within windows of this many tokens (long documents)")
 
-    epochs: int = setting(10, "training", "maximum epochs (early stopping may end sooner)")
-    batch_size: int = setting(32, "training", "texts per training step")
-    learning_rate: float | Auto = setting(AUTO, "training", "peak learning rate; auto: 1e-3 from scratch, 5e-5 pretrained")
+    epochs: int | Auto = setting(AUTO, "training", "maximum epochs, early stopping may end sooner (auto: about 5,000 "
+                                 "steps, within 3..40, fitted to max_minutes)")
+    batch_size: int | Auto = setting(AUTO, "training", "texts per training step (auto: 32, 64 from 20,000 rows, "
+                                     "128 from 100,000)")
+    learning_rate: float | Auto = setting(AUTO, "training", "peak learning rate (auto: 2e-3 from scratch, 1e-3 below "
+                                          "2,000 rows, 5e-5 pretrained)")
     warmup: float = setting(0.1, "training", "fraction of all steps spent warming up")
     decay: Literal["cosine", "linear", "none"] = setting("cosine", "training", "none: a constant rate, no warmup")
     weight_decay: float = setting(0.01, "training", "AdamW weight decay")
-    label_smoothing: float = setting(0.0, "training", "label smoothing (0 = off)")
+    label_smoothing: float | Auto = setting(AUTO, "training", "label smoothing, 0 = off (auto: 0.1 from 10 classes)")
     class_weights: bool = setting(False, "training", "weight classes inversely to their frequency")
-    patience: int = setting(2, "training", "epochs without validation improvement before stopping")
+    patience: int | Auto = setting(AUTO, "training", "epochs without validation macro-F1 improvement before "
+                                   "stopping (auto: a quarter of the epochs, at least 3)")
     seed: int = setting(0, "training", "random seed")
     max_minutes: float | None = setting(None, "training", "stop after this many minutes, keeping the best weights")
+    calibrate: bool = setting(
+        False, "training", "choose the unknown route's threshold on the validation set (its labels the training "
+        "data lacks are out-of-scope texts); predict and serve use it by default")
     precision: Literal["float32", "mixed_bfloat16"] = setting(
         "float32", "training", "mixed_bfloat16: compute in bfloat16 (weights and outputs stay float32); see bench/precision.py")
 
@@ -127,15 +145,18 @@ class ClassifyConfig:
         for f in dataclasses.fields(self):
             coerce(getattr(self, f.name), hints[f.name], f.name)  # types and choices
         for name in ("epochs", "max_length", "batch_size", "vocab_size", "dim", "heads", "ff_dim", "blocks"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) != AUTO and getattr(self, name) < 1:
                 raise BadInput(f"{{field}} must be at least 1, got {getattr(self, name)}", field=name)
         for name in ("dropout", "warmup", "weight_decay", "label_smoothing", "valid_fraction"):
-            if not 0.0 <= getattr(self, name) < 1.0:
+            if getattr(self, name) != AUTO and not 0.0 <= getattr(self, name) < 1.0:
                 raise BadInput(f"setting {{field}} = {getattr(self, name)} must be at least 0 and below 1", field=name)
-        if self.patience < 0:
+        if self.patience != AUTO and self.patience < 0:
             raise BadInput(f"{{field}} must be 0 or more, got {self.patience}", field="patience")
         if self.ngrams not in (1, 2) or (self.ngrams == 2 and self.tokenizer != "word"):
             raise BadInput(f'setting {{field}} = {self.ngrams!r}: use 1, or 2 with tokenizer = "word"', field="ngrams")
+        if self.freeze and (self.backbone == "scratch" or self.pooling != "mean"):
+            raise BadInput("{field} needs a BERT backbone (minilm, a folder, bert-scratch) with pooling = \"mean\"",
+                           field="freeze")
         if self.window < 0:
             raise BadInput(f"setting {{field}} = {self.window} must be 0 (full attention) or a window length", field="window")
         if self.learning_rate != AUTO and self.learning_rate <= 0:
@@ -149,14 +170,24 @@ class ClassifyConfig:
         return self.backbone in SCRATCH_BACKBONES
 
 
-def _resolve_auto(config: ClassifyConfig) -> tuple[ClassifyConfig, dict[str, dict[str, Any]]]:
-    """``config`` with its ``"auto"`` settings chosen, and what was chosen why (for metrics.json)."""
-    auto = AutoChoices()
-    if config.scratch:
-        rate = (1e-3, f"backbone {config.backbone}: a network learned from scratch")
-    else:
-        rate = (5e-5, f"backbone {config.backbone}: pretrained weights are fine-tuned gently")
-    return auto.resolve(config, learning_rate=rate), auto.to_json()
+def _resolve_auto(config: ClassifyConfig, train: LabelledTexts,
+                  valid: LabelledTexts) -> tuple[ClassifyConfig, dict[str, dict[str, Any]], str]:
+    """``config`` with its ``"auto"`` settings chosen from the training split (rules:
+    :mod:`kformer.tasks.classify_auto`), what was chosen why (for metrics.json), and one line
+    saying so (for ``progress``)."""
+    from kformer.tasks.classify_auto import choose, data_stats, describe
+
+    stats = data_stats(train.texts, train.labels, len(valid))
+    config, auto = choose(config, stats)
+    return config, auto.to_json(), describe(stats, auto.to_json())
+
+
+def _report_settings(progress: Progress | None, line: str) -> None:
+    """A ``"settings"`` progress event carrying ``line`` (the auto choices), before training."""
+    if progress is not None:
+        from kformer.training import ProgressEvent
+
+        progress(ProgressEvent("settings", 0.0, message=line))
 
 
 def _check_backbone(config: ClassifyConfig) -> None:
@@ -270,6 +301,12 @@ class Classifier(TaskModel):
         # (kformer.runtimes.use_runtime); None: the Keras model
         self.predictor = None
 
+    @property
+    def threshold(self) -> float | None:
+        """The unknown route's threshold chosen on validation data (``calibrate``), or None."""
+        value = self.manifest.get("threshold")
+        return None if value is None else float(value)
+
     def metadata(self) -> dict[str, Any]:
         runtime = getattr(self.predictor, "name", "keras")
         return {**super().metadata(), "labels": list(self.labels), "kind": self.kind, "runtime": runtime}
@@ -298,8 +335,11 @@ class Classifier(TaskModel):
         The batch is padded to a :func:`~kformer.data.batching.batch_bucket` (and its width is
         already a width bucket), so the network meets only the shapes :meth:`warmup` compiled.
         """
-        from kformer.data.batching import batch_bucket, pad_rows
+        from kformer.data.batching import BATCH_BUCKETS, batch_bucket, pad_rows
 
+        largest = BATCH_BUCKETS[-1]
+        if self.predictor is None and len(ids) > largest:  # the Keras network meets only warmed batch sizes
+            return np.concatenate([self._probabilities_of_ids(ids[i:i + largest]) for i in range(0, len(ids), largest)])
         return self._run_network(pad_rows(ids, batch_bucket(len(ids))))[: len(ids)]
 
     def _run_network(self, ids: np.ndarray) -> np.ndarray:
@@ -312,18 +352,27 @@ class Classifier(TaskModel):
         from kformer.models.pretrained import bert_inputs
 
         # keras.Model's own predict_on_batch: the ids are already tokenized, so KerasHub's override
-        # (which runs the string preprocessor first) is skipped without touching the model.
+        # (which runs the string preprocessor first) is skipped without touching the model. XLA
+        # compiles the prediction step once per (batch, width) shape (warmup): about twice as fast.
+        if not getattr(self, "_xla", False):
+            self.model.jit_compile, self.model.predict_function, self._xla = True, None, True
         probs = np.asarray(keras.Model.predict_on_batch(self.model, bert_inputs(ids)[0]), dtype="float32")
         if not np.allclose(probs.sum(axis=1), 1.0, atol=1e-3):  # a model saved with logits
             probs = _softmax(probs)
         return probs
 
     def probabilities(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
-        """Class probabilities ``(len(texts), len(labels))`` float32, rows in input order."""
-        from kformer.data.batching import bucket_width, length_bucketed_batches
+        """Class probabilities ``(len(texts), len(labels))`` float32, rows in input order.
+
+        Texts are tokenised once, sorted by length and cut into batches of ``batch_size`` (at
+        most the largest batch bucket, 64, for the Keras network), each cut to its longest row's
+        width bucket."""
+        from kformer.data.batching import BATCH_BUCKETS, bucket_width, length_bucketed_batches
 
         texts = check_texts(texts)
         batch_size = _positive_int(batch_size, "batch_size")
+        if self.predictor is None:  # a longer batch would be cut to 64 rows anyway, all at its longest width
+            batch_size = min(batch_size, BATCH_BUCKETS[-1])
         ids = self.features(texts)
         lengths = (ids != 0).sum(axis=1)
         probs = np.zeros((len(texts), len(self.labels)), dtype="float32")
@@ -338,9 +387,13 @@ class Classifier(TaskModel):
         pairs, most likely first).
 
         With ``threshold``, a text whose best probability is below it gets ``unknown_label`` as its
-        label (``unknown`` is True; ``top_k`` still shows what the model thought).
+        label (``unknown`` is True; ``top_k`` still shows what the model thought). ``None`` takes
+        the folder's calibrated threshold (a run with ``calibrate``; :attr:`threshold`), if any;
+        0 turns the unknown route off.
         """
         top_k = _positive_int(top_k, "top_k")
+        if threshold is None:
+            threshold = self.threshold
         if threshold is not None:
             if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0.0 <= threshold <= 1.0:
                 raise BadInput(f"{{field}} must be between 0 and 1, got {threshold!r}", field="threshold")
@@ -476,6 +529,8 @@ def load(folder: str | os.PathLike) -> Classifier:
     kind = manifest.get("kind", "encoder")
     if kind == "bert":
         import keras_hub  # noqa: F401  registers the KerasHub classes the file refers to
+
+        import kformer.models.bert_classifier  # noqa: F401  registers MeanPoolBertClassifier
     with _quiet_custom_compile(kind):
         model = load_keras_model(folder / manifest.get("model_file", MODEL_FILE))
     tokenizer = None
@@ -526,16 +581,28 @@ def train(config: ClassifyConfig | dict[str, Any] | None = None, data: Data | No
     if resume:  # settings, labels and auto choices as the run began
         config, labels, auto = _saved_state(resumable_state_dir(out), config)
         train_data, valid_data = _split(config, train_data, valid_data)
+        from kformer.tasks.classify_auto import describe
+
+        auto_line = describe(None, auto)
     else:
         _check_backbone(config)
-        config, auto = _resolve_auto(config)
         train_data, valid_data = _split(config, train_data, valid_data)
+        config, auto, auto_line = _resolve_auto(config, train_data, valid_data)
         labels = sorted(set(train_data.labels))
     _check_labels(labels, train_data, "data", "label(s) {shown} of {field} are not among the checkpoint's labels; "
                   "resume with the same data or train into a new folder")
-    _check_labels(labels, valid_data, "valid", "validation label(s) {shown} never occur in the training data; fix {field}")
+    out_of_scope = None
+    if config.calibrate:  # validation labels the training data lacks: out-of-scope texts for the threshold
+        valid_data, out_of_scope = _scope_split(labels, valid_data)
+    _check_labels(labels, valid_data, "valid", "validation label(s) {shown} never occur in the training data; fix {field}"
+                  " (or pass --calibrate: they are then out-of-scope texts for the unknown route)")
     if cluster is not None:
+        if config.freeze:
+            raise Unsupported("{field} trains one small head on cached text vectors; run it without --distribute",
+                              field="freeze")
         cluster.check_batch_size(config.batch_size)
+    if auto:
+        _report_settings(progress, auto_line)
     with training_folder(out, resume) as state_dir:  # refuses a foreign or busy folder; cleans up on failure
         if not resume:
             from kformer.artifacts import write_json_atomic
@@ -543,7 +610,7 @@ def train(config: ClassifyConfig | dict[str, Any] | None = None, data: Data | No
             write_json_atomic(state_dir / STATE_FILE, {"labels": labels, "settings": to_dict(config), "auto": auto})
         extra = {"auto": auto} if command is None else {"command": list(command), "auto": auto}
         metrics = _run(config, labels, extra, out, state_dir, (train_data, valid_data, test_data), resume, progress,
-                       cluster)
+                       cluster, out_of_scope)
     return TrainResult(out, metrics, config, auto)
 
 
@@ -556,7 +623,8 @@ def _saved_state(state_dir: Path, config: ClassifyConfig):
     except (ValueError, KeyError, TypeError):
         raise CorruptModel(f"{state_dir / STATE_FILE} is corrupt; train without resume", field="resume") from None
     saved_config = build_config(ClassifyConfig, settings, sources=(str(state_dir / STATE_FILE),))
-    resumed = dataclasses.replace(saved_config, **{name: getattr(config, name) for name in RESUMABLE})
+    given = {name: getattr(config, name) for name in RESUMABLE if getattr(config, name) != AUTO}
+    resumed = dataclasses.replace(saved_config, **given)  # "auto" keeps what the first run chose
     return resumed, labels, saved.get("auto", {})
 
 
@@ -608,26 +676,50 @@ def _build_model(config: ClassifyConfig, n_labels: int, vocabulary: list[str] | 
 
     model = build_bert_classifier(
         config.backbone, n_labels, config.max_length, vocabulary=vocabulary, layers=config.blocks,
-        heads=config.heads, dim=config.dim, ff_dim=config.ff_dim, dropout=config.dropout,
+        heads=config.heads, dim=config.dim, ff_dim=config.ff_dim, dropout=config.dropout, pooling=config.pooling,
     )
     return model, "bert"
 
 
-def _compile(model, config: ClassifyConfig, steps_per_epoch: int) -> None:
+# AdamW leaves these variables undecayed in BERT models: every bias and LayerNorm's scale/offset
+NO_WEIGHT_DECAY = ("^bias$", "^gamma$", "^beta$")
+
+
+def _compile(model, config: ClassifyConfig, steps_per_epoch: int, kind: str = "encoder", *, initial_step: int = 0,
+             cluster: Cluster | None = None) -> list:
+    """Compile ``model`` (AdamW, clipnorm 1, warmup then ``config.decay``); returns the callbacks
+    the schedule needs. With ``max_minutes`` the rate is set per batch by
+    :func:`~kformer.training.budget_schedule`: it decays by steps or by the clock, whichever is
+    further, so a run cut by its time budget ends at a low rate (with a ``cluster``, every process
+    takes process 0's rate: :func:`~kformer.parallel.follow_chief_rate`; ``initial_step``: a resumed
+    run's step). BERT models keep biases and LayerNorm weights out of weight decay."""
     import keras
 
-    from kformer.training import WarmupDecay
+    from kformer.training import WarmupDecay, budget_schedule
 
     total = max(1, steps_per_epoch * config.epochs)
+    peak, warmup = float(config.learning_rate), int(total * config.warmup)
+    callbacks = []
     if config.decay == "none":  # a constant rate, as in the reference lesson
-        schedule = float(config.learning_rate)
+        schedule = peak
+    elif config.max_minutes is not None:
+        schedule = 0.0  # a variable the callback sets before every batch
+        from kformer.parallel import follow_chief_rate
+
+        callbacks.append(budget_schedule(peak, warmup, total, config.max_minutes * 60.0, final_ratio=0.0,
+                                         decay=config.decay, initial_step=initial_step))
+        callbacks += follow_chief_rate(cluster, clocked=True)
     else:
-        schedule = WarmupDecay(float(config.learning_rate), int(total * config.warmup), total, config.decay)
+        schedule = WarmupDecay(peak, warmup, total, config.decay)
+    optimizer = keras.optimizers.AdamW(schedule, weight_decay=config.weight_decay, clipnorm=1.0)
+    if kind == "bert":
+        optimizer.exclude_from_weight_decay(var_names=list(NO_WEIGHT_DECAY))
     model.compile(
-        optimizer=keras.optimizers.AdamW(schedule, weight_decay=config.weight_decay, clipnorm=1.0),
+        optimizer=optimizer,
         loss=keras.losses.CategoricalCrossentropy(label_smoothing=config.label_smoothing),
-        metrics=["accuracy"],
+        metrics=["accuracy", keras.metrics.F1Score(average="macro", name=MONITOR[4:])],
     )
+    return callbacks
 
 
 def _sample_weights(config: ClassifyConfig, labels: list[str], train_labels: list[str]) -> np.ndarray | None:
@@ -659,6 +751,7 @@ def _manifest(config: ClassifyConfig, labels: list[str], kind: str) -> dict[str,
     return {
         "kind": kind,
         "backbone": config.backbone,
+        **({"pooling": config.pooling} if kind == "bert" else {}),
         "vocab_file": VOCAB_FILE if config.scratch else None,
         "labels": labels,
         "max_length": config.max_length,
@@ -675,6 +768,8 @@ def _fit(classifier: Classifier, config: ClassifyConfig, splits, state_dir: Path
     """Compile and train ``classifier.model`` in place; returns :class:`~kformer.training.FitResult`."""
     from kformer.training import fit, last_checkpoint
 
+    if config.freeze:
+        return _fit_frozen(classifier, config, splits, state_dir, resume, progress)
     train, valid = splits
     index = {label: i for i, label in enumerate(classifier.labels)}
     x_train, x_valid = classifier.features(train.texts), classifier.features(valid.texts)
@@ -685,17 +780,93 @@ def _fit(classifier: Classifier, config: ClassifyConfig, splits, state_dir: Path
     valid_batches = _batches(classifier.kind, x_valid, _one_hot(valid.labels, index), max(config.batch_size, 64), False,
                              cluster=cluster)
     model = classifier.model
-    _compile(model, config, math.ceil(len(train) / config.batch_size))
+    steps = math.ceil(len(train) / config.batch_size)
+    schedule = _compile(model, config, steps, classifier.kind, initial_step=0 if done is None else done[1] * steps,
+                        cluster=cluster)
     preprocessor = getattr(model, "preprocessor", None)
     if classifier.kind == "bert":
         model.preprocessor = None  # batches are already token ids; the saved model keeps its preprocessor
     try:
         return fit(model, train_batches, valid_batches, epochs=config.epochs, out_dir=state_dir,
-                   patience=config.patience, max_minutes=config.max_minutes, resume=resume,
-                   batch_size=config.batch_size, progress=progress, agree=None if cluster is None else cluster.agree)
+                   patience=config.patience, max_minutes=config.max_minutes, resume=resume, monitor=MONITOR,
+                   batch_size=config.batch_size, progress=progress, agree=None if cluster is None else cluster.agree,
+                   callbacks=schedule)
     finally:
         if classifier.kind == "bert":
             model.preprocessor = preprocessor
+
+
+def _scope_split(labels: list[str], valid: LabelledTexts) -> tuple[LabelledTexts, LabelledTexts | None]:
+    """``(in-scope rows, out-of-scope rows or None)`` of ``valid``: out of scope are the rows
+    whose label is not among the training ``labels``."""
+    known = set(labels)
+    inside = [i for i, label in enumerate(valid.labels) if label in known]
+    if len(inside) == len(valid):
+        return valid, None
+    if not inside:
+        raise BadInput("{field} holds none of the training labels; calibration needs in-scope validation texts",
+                       field="valid")
+    outside = [i for i, label in enumerate(valid.labels) if label not in known]
+    return _subset(valid, inside, valid.source, valid.dropped), _subset(valid, outside, f"{valid.source} (out of scope)")
+
+
+def _calibrate(classifier: Classifier, valid: LabelledTexts, out_of_scope: LabelledTexts | None,
+               batch_size: int) -> dict[str, Any]:
+    """metrics.json's ``calibration``: the unknown route's threshold chosen on the validation
+    predictions (:func:`kformer.tasks.calibration.choose_threshold`) and what it does there."""
+    from kformer.tasks.calibration import choose_threshold
+
+    probs = classifier.probabilities(valid.texts, batch_size)
+    index = {label: i for i, label in enumerate(classifier.labels)}
+    correct = probs.argmax(axis=1) == np.array([index[label] for label in valid.labels])
+    oos = None if out_of_scope is None else classifier.probabilities(out_of_scope.texts, batch_size).max(axis=1)
+    summary = choose_threshold(probs.max(axis=1), correct, oos)
+    if out_of_scope is not None:
+        summary["labels_out_of_scope"] = sorted(set(out_of_scope.labels))
+    return summary
+
+
+def _fit_frozen(classifier: Classifier, config: ClassifyConfig, splits, state_dir: Path, resume: bool, progress):
+    """``freeze``: the frozen backbone's mean-pooled text vectors of the training and validation
+    texts, computed once (:func:`_cached_vectors`), train only the head (the model's dropout and
+    dense layers, so the folder's model still predicts from raw text)."""
+    from kformer.models.pretrained import frozen_parts
+    from kformer.training import fit, last_checkpoint
+
+    train, valid = splits
+    index = {label: i for i, label in enumerate(classifier.labels)}
+    encoder, head = frozen_parts(classifier.model)
+    vectors = _cached_vectors(state_dir, classifier, encoder, {"train": train.texts, "valid": valid.texts})
+    done = last_checkpoint(state_dir) if resume else None
+    steps = math.ceil(len(train) / config.batch_size)
+    schedule = _compile(head, config, steps, "bert", initial_step=0 if done is None else done[1] * steps)
+    return fit(head, (vectors["train"], _one_hot(train.labels, index)), (vectors["valid"], _one_hot(valid.labels, index)),
+               epochs=config.epochs, out_dir=state_dir, patience=config.patience, max_minutes=config.max_minutes,
+               resume=resume, monitor=MONITOR, batch_size=config.batch_size, progress=progress, callbacks=schedule)
+
+
+VECTORS_FILE = "text_vectors.npz"
+
+
+def _cached_vectors(state_dir: Path, classifier: Classifier, encoder, texts: dict[str, Sequence[str]]):
+    """``{name: (len(texts[name]), dim) float32}`` text vectors, read from ``training/`` when it
+    holds those of the same texts and backbone (a resumed run), else computed and saved there."""
+    import hashlib
+
+    from kformer.models.pretrained import text_vectors
+
+    digest = hashlib.sha256(json.dumps([classifier.manifest.get("backbone"), classifier.max_length, texts],
+                                       sort_keys=True).encode("utf-8")).hexdigest()
+    path = state_dir / VECTORS_FILE
+    if path.is_file():
+        with contextlib.suppress(OSError, ValueError, KeyError), np.load(path) as cached:
+            if str(cached["digest"]) == digest:
+                return {name: np.asarray(cached[name]) for name in texts}
+    vectors = {name: text_vectors(encoder, classifier.features(rows)) for name, rows in texts.items()}
+    partial = path.with_name(path.name + ".partial.npz")
+    np.savez(partial, digest=np.array(digest), **vectors)
+    os.replace(partial, path)
+    return vectors
 
 
 def _summary(scores: dict) -> dict:
@@ -703,7 +874,7 @@ def _summary(scores: dict) -> dict:
 
 
 def _run(config, labels, extra: dict, out: Path, state_dir: Path, data, resume: bool, progress,
-         cluster: Cluster | None = None) -> dict[str, Any]:
+         cluster: Cluster | None = None, out_of_scope: LabelledTexts | None = None) -> dict[str, Any]:
     """Build, fit, score and write the folder; returns the metrics written to metrics.json. With a
     ``cluster`` the model is built and fitted data-parallel, scored in each process alone, and
     written by process 0 only."""
@@ -727,6 +898,7 @@ def _run(config, labels, extra: dict, out: Path, state_dir: Path, data, resume: 
         result = _fit(classifier, config, (train, valid), state_dir, resume, progress, cluster)
     batch_size = max(config.batch_size, 64)
     valid_scores = classifier.scores(valid, batch_size)
+    calibration = _calibrate(classifier, valid, out_of_scope, batch_size) if config.calibrate else None
     test_scores = classifier.scores(test, batch_size) if test is not None else None
     metrics = {
         "valid": _summary(valid_scores),
@@ -739,8 +911,11 @@ def _run(config, labels, extra: dict, out: Path, state_dir: Path, data, resume: 
                    "dropped_empty": train.dropped},
         "recipe": to_dict(config),
         **({"vocabulary": _vocabulary_summary(config, vocabulary)} if vocabulary else {}),
+        **({"calibration": calibration} if calibration else {}),
         **extra,
     }
+    if calibration:  # predict and serve route below it to the unknown label by default
+        manifest = {**manifest, "threshold": calibration["threshold"]}
 
     def write_files(stage: Path) -> None:
         if vocabulary:
