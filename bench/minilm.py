@@ -4,6 +4,7 @@ fine-tuning run behind the >= 94 % target.
     flock /tmp/kformer-bench.lock python -m bench.minilm                      # speed, then <= 14.5 min of training
     flock /tmp/kformer-bench.lock python -m bench.minilm --calibration        # + a held-out-intents --calibrate run
     python -m bench.minilm --skip-train                                        # speed only (a few minutes)
+    python -m bench.minilm --skip-train --freeze banking77,hwu64,tickets       # speed + frozen-backbone runs
     python -m bench.minilm --texts 128 --train-rows 400 --test-rows 200 --minutes 0.5 --no-record   # smoke run
 
 Speed (issue 9, target >= 500 texts/s): the official test texts, the same sequence length
@@ -157,13 +158,44 @@ def _calibration(train_path: Path, test_path: Path, recipe: str, minutes: float,
     return rows
 
 
+# --freeze datasets: (shared-data folder, train, validation or None, test, max_length)
+FREEZE_DATASETS = {
+    "banking77": ("banking77", "train.csv", None, "test.csv", 64),
+    "hwu64": ("hwu64", "train.csv", "val.csv", "test.csv", 64),
+    "tickets": ("it-service-tickets", "train.csv.gz", None, "test.csv.gz", 128),
+    "imdb": ("imdb", "train.csv.gz", None, "test.csv.gz", 256),  # truncated to 256 word pieces
+}
+FREEZE_SETTINGS = {"backbone": "minilm", "freeze": True, "pooling": "mean", "batch_size": 64, "learning_rate": 2e-3,
+                   "warmup": 0.06, "decay": "linear", "epochs": 30, "patience": 6, "dropout": 0.1,
+                   "label_smoothing": 0.0, "weight_decay": 0.01}
+
+
+def _freeze(names: list[str], minutes: float, train_rows: int | None, test_rows: int | None) -> list[dict]:
+    """Per dataset: the linear baseline and ``--backbone minilm --freeze`` (text vectors computed
+    once, then a head trained for at most ``minutes``)."""
+    rows = []
+    for name in names:
+        folder_name, train_name, valid_name, test_name, max_length = FREEZE_DATASETS[name]
+        folder = require_shared_data(folder_name)
+        train_path, test_path = _sample_csv(folder / train_name, train_rows), _sample_csv(folder / test_name, test_rows)
+        valid_path = None if valid_name is None else _sample_csv(folder / valid_name, test_rows)
+        rows.append({**linear_baseline(f"{name}: TF-IDF word 1-2 grams + logistic regression", load(train_path),
+                                       load(test_path)), "dataset": name})
+        row = kformer_run(f"{name}: kformer --backbone minilm --freeze", train_path, test_path, None,
+                          {**FREEZE_SETTINGS, "max_length": max_length, "max_minutes": minutes},
+                          throughput_texts=2000, valid_path=valid_path)
+        rows.append({**row, "dataset": name})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-length", type=int, default=64, help="word pieces per text, both systems (default 64)")
     parser.add_argument("--batch-size", type=int, default=64, help="prediction batch size, both systems (default 64)")
     parser.add_argument("--repeats", type=int, default=3, help="timed passes per system, alternating (default 3)")
     parser.add_argument("--texts", type=int, default=None, help="time only the first N test texts (default: all)")
-    parser.add_argument("--skip-train", action="store_true", help="measure prediction speed only")
+    parser.add_argument("--skip-train", action="store_true", help="no banking77-minilm fine-tuning run")
+    parser.add_argument("--skip-speed", action="store_true", help="no prediction-speed comparison")
     parser.add_argument("--recipe", default="banking77-minilm", help="recipe of the training run")
     parser.add_argument("--minutes", type=float, default=14.5,
                         help="training-time bound of the run (default 14.5: validation of the cut epoch still fits 15)")
@@ -173,16 +205,31 @@ def main() -> None:
     parser.add_argument("--calibration", action="store_true",
                         help="also train with 10 intents held out and --calibrate: in-scope accuracy and out-of-scope "
                         "recall with and without the calibrated unknown route (another --minutes run)")
+    parser.add_argument("--freeze", default="",
+                        help="comma-separated datasets for --backbone minilm --freeze runs beside the linear baseline: "
+                        "banking77, hwu64, tickets, imdb (imdb: 50,000 texts of up to 256 pieces through MiniLM, "
+                        "slow on a CPU); default none")
     parser.add_argument("--no-record", action="store_true", help="print the tables; do not append to BENCHMARKS.md")
     args = parser.parse_args()
+    frozen = [name.strip() for name in args.freeze.split(",") if name.strip()]
+    if sorted(set(frozen) - set(FREEZE_DATASETS)):
+        parser.error(f"--freeze takes {', '.join(FREEZE_DATASETS)}")
     folder = require_shared_data("banking77")
     texts = load(folder / "test.csv")[0][: args.texts]
-    speed = _speed(texts, args.max_length, args.batch_size, args.repeats)
+    speed = [] if args.skip_speed else _speed(texts, args.max_length, args.batch_size, args.repeats)
     notes = (f"{len(texts):,} BANKING77 test texts, max_length {args.max_length}, batch size {args.batch_size}, "
              f"median of {args.repeats} alternating timed passes after one untimed warm-up pass each (kformer's "
              "warm-up also compiles each batch x width shape); tokenising inside every pass. Target >= 500 texts/s.")
-    record_or_print("MiniLM prediction speed: kformer vs plain KerasHub (issue 9)", speed, notes,
-                    record=not args.no_record)
+    if speed:
+        record_or_print("MiniLM prediction speed: kformer vs plain KerasHub (issue 9)", speed, notes,
+                        record=not args.no_record)
+    if frozen:
+        rows = _freeze(frozen, args.minutes, args.train_rows, args.test_rows)
+        notes = ("Frozen all-MiniLM-L6-v2: each text's mean-pooled vector computed once (run_wall_s includes it and "
+                 "the test set's prediction), then only the dropout + dense head trained (train_s: model.fit of the "
+                 f"head, at most {args.minutes:g} minutes). Test accuracy on each dataset's test file"
+                 + ("" if args.train_rows is None and args.test_rows is None else " (SUBSAMPLED: a smoke run)") + ".")
+        record_or_print("MiniLM --freeze per dataset (issue 9)", rows, notes, record=not args.no_record)
     if args.skip_train:
         return
     rows = _train(_sample_csv(folder / "train.csv", args.train_rows), _sample_csv(folder / "test.csv", args.test_rows),

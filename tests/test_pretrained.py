@@ -151,3 +151,26 @@ def test_pretrained_run_records_pooling_and_trains_under_a_time_budget(tmp_path)
     model = classify.load(tmp_path / "out")
     assert type(model.model).__name__ == "MeanPoolBertClassifier"
     assert result.metrics["valid"]["accuracy"] >= 0.9
+
+
+def test_frozen_backbone_trains_only_the_head_on_cached_vectors(tmp_path):
+    from kformer.models.pretrained import frozen_parts, text_vectors
+    from kformer.tasks import classify
+
+    rows = [("my card has not arrived " + str(i % 9), "card") for i in range(40)]
+    rows += [("refund please " + str(i % 9), "refund") for i in range(40)]
+    texts, labels = [t for t, _ in rows], [lb for _, lb in rows]
+    settings = {"backbone": "bert-scratch", "freeze": True, "dim": 16, "heads": 2, "ff_dim": 32, "blocks": 1,
+                "max_length": 16, "epochs": 6, "batch_size": 16, "learning_rate": 1e-2, "vocab_size": 200}
+    result = classify.train(settings, (texts, labels), tmp_path / "out")
+    cached = np.load(tmp_path / "out" / "training" / "text_vectors.npz")
+    assert cached["train"].shape == (72, 16) and cached["valid"].shape == (8, 16)
+    model = classify.load(tmp_path / "out")  # the whole network: predicts from raw text like any classifier
+    assert model.manifest["recipe"]["freeze"] is True
+    encoder, _ = frozen_parts(model.model)
+    # the saved backbone is the one the cached vectors came from (it was not trained)
+    vectors = text_vectors(encoder, model.features(texts))
+    assert max(np.abs(vectors - row).max(axis=1).min() for row in cached["train"]) < 1e-5
+    probs = model.probabilities(["my card has not arrived 3", "refund please 4"])
+    assert probs.argmax(axis=1).tolist() == [model.labels.index("card"), model.labels.index("refund")]
+    assert result.metrics["valid"]["accuracy"] == 1.0

@@ -58,12 +58,16 @@ def build_bert_classifier(
     dim: int = 128,
     ff_dim: int = 512,
     dropout: float = 0.1,
+    pooling: str = "mean",
 ):
     """A ``keras_hub.models.BertTextClassifier`` (softmax) that takes raw strings.
 
     ``backbone="bert-scratch"`` builds a randomly initialised BERT of the given size over
     ``vocabulary`` (learned from the training corpus); ``"minilm"`` or a folder loads pretrained
-    weights and that model's own vocabulary.
+    weights and that model's own vocabulary. ``pooling="mean"`` averages the token vectors over
+    the non-padding tokens (:class:`~kformer.models.bert_classifier.MeanPoolBertClassifier`, how
+    sentence-transformers models such as all-MiniLM-L6-v2 were trained); ``"cls"`` uses the
+    backbone's ``[CLS]`` pooler (KerasHub's own classifier).
     """
     _offline()
     import keras_hub
@@ -93,9 +97,13 @@ def build_bert_classifier(
             raise KformerError(f"cannot load a BERT backbone from {source} ({reason})") from None
         max_length = min(max_length, int(bert.max_sequence_length))
     preprocessor = keras_hub.models.BertTextClassifierPreprocessor(tokenizer, sequence_length=max_length)
-    return keras_hub.models.BertTextClassifier(
-        bert, num_classes=num_classes, preprocessor=preprocessor, activation="softmax", dropout=dropout
-    )
+    if pooling == "mean":
+        from kformer.models.bert_classifier import MeanPoolBertClassifier as classifier
+    elif pooling == "cls":
+        classifier = keras_hub.models.BertTextClassifier
+    else:
+        raise ValueError(f"pooling must be 'mean' or 'cls', got {pooling!r}")
+    return classifier(bert, num_classes=num_classes, preprocessor=preprocessor, activation="softmax", dropout=dropout)
 
 
 def bert_token_ids(model, texts, chunk: int = 1024):
@@ -113,3 +121,35 @@ def bert_inputs(ids, *rest):
 
     features = {"token_ids": ids, "padding_mask": ops.not_equal(ids, 0), "segment_ids": ops.zeros_like(ids)}
     return (features, *rest)
+
+
+def frozen_parts(model):
+    """``(encoder, head)`` of a :class:`~kformer.models.bert_classifier.MeanPoolBertClassifier`
+    whose backbone is frozen (``--freeze``): ``encoder`` maps the backbone's input dict to the
+    mean-pooled text vectors ``(batch, dim)``; ``head`` maps those vectors to probabilities
+    ``(batch, classes)`` through the model's own dropout and dense layers (shared weights, so
+    training ``head`` trains ``model``)."""
+    import keras
+
+    model.backbone.trainable = False
+    encoder = keras.Model(model.inputs, model.get_layer("mean_pooling").output)
+    vectors = keras.Input((int(encoder.outputs[0].shape[-1]),), name="text_vector")
+    head = keras.Model(vectors, model.output_dense(model.output_dropout(vectors)), name="frozen_head")
+    return encoder, head
+
+
+def text_vectors(encoder, ids, batch_size: int = 64):
+    """``(n, dim)`` float32 vectors of ``ids`` ``(n, max_length)`` (0-padded token ids), computed in
+    length-sorted batches cut to their width bucket (:mod:`kformer.data.batching`)."""
+    import keras
+    import numpy as np
+
+    from kformer.data.batching import batch_bucket, bucket_width, length_bucketed_batches, pad_rows
+
+    lengths = (ids != 0).sum(axis=1)
+    out = np.zeros((len(ids), int(encoder.outputs[0].shape[-1])), dtype="float32")
+    for rows in length_bucketed_batches(lengths, batch_size):
+        batch = ids[rows, : bucket_width(max(int(lengths[rows].max()), 1), ids.shape[1])]
+        padded = pad_rows(batch, batch_bucket(len(batch)))
+        out[rows] = np.asarray(encoder.predict_on_batch(bert_inputs(keras.ops.convert_to_tensor(padded))[0]))[: len(rows)]
+    return out
