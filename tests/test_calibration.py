@@ -6,9 +6,9 @@ import json
 
 import numpy as np
 import pytest
+from conftest import TICKET_QUEUES, write_csv, write_tickets
 
 from kformer.tasks.calibration import choose_threshold
-from conftest import TICKET_QUEUES, write_csv, write_tickets
 
 
 def test_threshold_maximises_accuracy_over_in_and_out_of_scope_rows():
