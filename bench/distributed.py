@@ -5,9 +5,13 @@
 
 Each run is the real path of `kformer train classify --distribute` (kformer.parallel: Keras'
 DataParallel on JAX, gloo on CPU, global length-bucketed batches of the `tickets` recipe, each
-process keeping its rows). It times the second epoch of ``--steps`` training steps (the first
-compiles), and an all-reduce of one gradient's size (all trainable weights, float32)
-across the processes. From those: per-step compute and communication, and what N hosts would give.
+process keeping its rows). Before anything is timed, every batch shape (width bucket) of the
+``--steps`` batches is compiled: one untimed step per shape, then one untimed epoch of all of them.
+The timed part is the next epoch of the same ``--steps`` batches: training steps only (input from a
+cache, forward, backward, the gradient all-reduce and the update), each step waited for; no
+compilation, validation, checkpoint or start-up. Then an all-reduce of one gradient's size (all
+trainable weights, float32) across the processes is timed alone. From those: per-step compute and
+communication, and what N hosts would give.
 """
 
 from __future__ import annotations
@@ -54,33 +58,59 @@ def _worker(args: argparse.Namespace) -> None:
                                          heads=config.heads, ff_dim=config.ff_dim, blocks=config.blocks,
                                          dropout=config.dropout)
         _compile(model, config, args.steps)
-        data = cluster.batches(ids, y, config.batch_size, shuffle=False).dataset().take(args.steps).cache()
-        epochs = EpochTimes()
-        model.fit(data, epochs=2, verbose=0, callbacks=[epochs])  # the first epoch compiles every width
-        seconds = epochs.seconds[-1]
-    examples = sum(min(config.batch_size, len(ids) - i * config.batch_size) for i in range(args.steps))
+        batches = cluster.batches(ids, y, config.batch_size, shuffle=False)
+        steps = min(args.steps, len(batches))
+        data = batches.dataset().take(steps).cache()
+        model.fit(_one_per_shape(batches, steps), epochs=1, verbose=0)  # compiles every width bucket: untimed
+        timer = StepTimes()
+        model.fit(data, epochs=2, verbose=0, callbacks=[timer])  # epoch 1 untimed (fills the cache), epoch 2 timed
+    seconds = timer.epochs[-1]
+    examples = cluster.num_processes * sum(len(batches[i][1]) for i in range(steps))  # global rows trained
     floats = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
-    result = {"processes": cluster.num_processes, "devices": cluster.devices, "steps": args.steps,
-              "examples_per_s": examples / seconds, "step_ms": 1000 * seconds / args.steps,
+    result = {"processes": cluster.num_processes, "devices": cluster.devices, "steps": steps,
+              "shapes": len({batches[i][0].shape for i in range(steps)}),
+              "examples_per_s": examples / seconds, "step_ms": 1000 * seconds / steps,
+              "median_step_ms": 1000 * float(np.median(timer.steps)), "max_step_ms": 1000 * max(timer.steps),
               "allreduce_ms": _allreduce_ms(floats, cluster), "weights": floats, "batch": config.batch_size}
     print(RESULT + json.dumps(result), flush=True)
 
 
-class EpochTimes:
-    """A Keras callback collecting each epoch's wall seconds (made a subclass lazily: Keras loads late)."""
+def _one_per_shape(batches, steps: int):
+    """A ``tf.data.Dataset`` of the first batch of each distinct shape among ``batches[:steps]``."""
+    import tensorflow as tf
+
+    first = {}
+    for index in range(steps):
+        first.setdefault(batches[index][0].shape, index)
+    spec = batches.dataset().element_spec
+    data = tf.data.Dataset.from_generator(lambda: (batches[i] for i in first.values()), output_signature=spec)
+    return data.apply(tf.data.experimental.assert_cardinality(len(first)))
+
+
+class StepTimes:
+    """A Keras callback: ``epochs``, each epoch's wall seconds, and ``steps``, the seconds of each
+    step of the last epoch, each waited for (its loss read). Made a subclass lazily: Keras loads late."""
 
     def __new__(cls):
         import keras
+        import numpy as np
 
         class Timer(keras.callbacks.Callback):
             def on_train_begin(self, logs=None):
-                self.seconds = []
+                self.epochs, self.steps = [], []
 
             def on_epoch_begin(self, epoch, logs=None):
-                self.begin = time.perf_counter()
+                self.begin = self.last = time.perf_counter()
+                self.steps = []
+
+            def on_train_batch_end(self, batch, logs=None):
+                np.asarray((logs or {}).get("loss", 0.0))  # JAX dispatches asynchronously: wait for the step
+                now = time.perf_counter()
+                self.steps.append(now - self.last)
+                self.last = now
 
             def on_epoch_end(self, epoch, logs=None):
-                self.seconds.append(time.perf_counter() - self.begin)
+                self.epochs.append(time.perf_counter() - self.begin)
 
         return Timer()
 
@@ -169,9 +199,15 @@ def main() -> None:
 
     one, two = _run(1, args), _run(2, args)
     rows = [{"run": f"{r['processes']} process(es), {r['devices']} device(s)", "examples/s": round(r["examples_per_s"], 1),
-             "step ms": round(r["step_ms"], 1), "all-reduce ms": round(r["allreduce_ms"], 2)} for r in (one, two)]
-    notes = (f"`tickets` recipe, first {args.rows} training tickets, {args.steps} steps, the second epoch timed (the first compiles), "
-             "global batch 64, 127.0.0.1.\n\n" + _model(one, two))
+             "step ms": round(r["step_ms"], 1), "median step ms": round(r["median_step_ms"], 1),
+             "max step ms": round(r["max_step_ms"], 1), "all-reduce ms": round(r["allreduce_ms"], 2)}
+            for r in (one, two)]
+    notes = (f"`tickets` recipe, first {args.rows} training tickets, {one['steps']} steps of global batch {one['batch']} "
+             f"({one['shapes']} batch shapes), 127.0.0.1. Untimed first: one step per batch shape (every width bucket "
+             "compiles), then one epoch of all the steps. Timed: the next epoch, training steps only (input from a cache, "
+             "forward, backward, all-reduce, update; each step waited for); step ms = that epoch's wall time / steps, "
+             "median and max over its steps (a max far above the median would be a compile or a stall). No compilation, "
+             "validation, checkpoint or start-up is in it.\n\n" + _model(one, two))
     record_or_print("Data-parallel training (kformer train --distribute)", rows, notes, record=not args.no_record)
 
 

@@ -22,7 +22,7 @@ from conftest import write_tickets
 from kformer.errors import BadInput, Unsupported
 from kformer.parallel import Cluster, DistributeConfig, ProcessBatches, check_backend
 
-TIMEOUT = 240  # seconds per launch (a loaded 2-core machine; a quiet one needs about 20)
+TIMEOUT = 480  # seconds per launch of 4 processes (a loaded 2-core machine; a quiet one needs about 60)
 TESTS = Path(__file__).resolve().parent
 KFORMER = ["-m", "kformer"]
 # same-width texts (max_length 8) and full batches: one compiled step shape, rows divide by 2 devices
@@ -172,9 +172,12 @@ def test_seq2seq_tasks_on_two_virtual_devices_train_as_one_device(runs, task):
     if task == "arithmetic":
         from kformer import load
 
-        trained, reference = load(root / f"{task}-devices"), load(root / f"{task}-reference")
-        for mine, theirs in zip(trained.model.get_weights(), reference.model.get_weights(), strict=True):
-            np.testing.assert_allclose(mine, theirs, atol=1e-5, rtol=0)
+        trained, reference = load(root / f"{task}-devices").model, load(root / f"{task}-reference").model
+        for mine, theirs in zip(trained.weights, reference.weights, strict=True):
+            # an attention key bias cannot change the softmax, so its gradient is rounding noise, which
+            # Adam scales up to full steps: it differs between any two summation orders, harmlessly
+            if not mine.path.endswith("key/bias"):
+                np.testing.assert_allclose(np.asarray(mine), np.asarray(theirs), atol=1e-5, rtol=0, err_msg=mine.path)
 
 
 def test_translate_resumed_on_two_devices_continues_the_schedule(runs):

@@ -198,9 +198,13 @@ class Cluster:
     @contextlib.contextmanager
     def scope(self) -> Iterator[None]:
         """Keras' DataParallel over every device of the job while the block runs (build and fit
-        the model inside it; score and save outside)."""
+        the model inside it; score and save outside). A job of one device trains as a plain run
+        (DataParallel over one device would only add a recompilation of the step every epoch)."""
         import keras
 
+        if self.devices == 1:
+            yield
+            return
         distribution = keras.distribution.DataParallel(devices=keras.distribution.list_devices(),
                                                        auto_shard_dataset=False)
         with distribution.scope():
