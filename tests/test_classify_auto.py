@@ -108,7 +108,7 @@ def test_pretrained_backbones_keep_their_own_size():
     config, auto = resolved(stats(9_000, 77, 12), backbone="minilm")
     assert {name: getattr(config, name) for name in UNUSED_BY_PRETRAINED} == UNUSED_BY_PRETRAINED
     assert "not used" in auto["dim"]["why"]
-    assert (config.batch_size, config.learning_rate, config.epochs) == (32, 5e-5, 6)
+    assert (config.batch_size, config.learning_rate, config.epochs) == (32, 1e-4, 6)
     assert config.max_length == 24  # 95th percentile 17 words ~ 23 word pieces -> bucket 24
 
 

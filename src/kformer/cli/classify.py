@@ -55,7 +55,7 @@ def register(commands, train_tasks) -> None:
     train.add_argument("--max-length", type=int, metavar="N", help="tokens per text; longer texts are truncated (default: auto, the 95th percentile of the "
                        "training texts)")
     train.add_argument("--batch-size", type=int, metavar="N", help="texts per training step (default: auto, 32/64/128 by training rows)")
-    train.add_argument("--learning-rate", type=float, metavar="LR", help="peak learning rate after warmup (default: auto, 2e-3 from scratch, 5e-5 "
+    train.add_argument("--learning-rate", type=float, metavar="LR", help="peak learning rate after warmup (default: auto, 2e-3 from scratch, 1e-4 "
                        "pretrained)")
     train.add_argument("--label-smoothing", type=float, metavar="EPS", help="label smoothing, 0 = off (default: auto, 0.1 from 10 classes)")
     train.add_argument("--class-weights", action="store_true", default=None, help="weight classes inversely to their frequency")

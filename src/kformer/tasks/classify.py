@@ -124,7 +124,7 @@ class ClassifyConfig:
     batch_size: int | Auto = setting(AUTO, "training", "texts per training step (auto: 32, 64 from 20,000 rows, "
                                      "128 from 100,000)")
     learning_rate: float | Auto = setting(AUTO, "training", "peak learning rate (auto: 2e-3 from scratch, 1e-3 below "
-                                          "2,000 rows, 5e-5 pretrained)")
+                                          "2,000 rows, 1e-4 pretrained)")
     warmup: float = setting(0.1, "training", "fraction of all steps spent warming up")
     decay: Literal["cosine", "linear", "none"] = setting("cosine", "training", "none: a constant rate, no warmup")
     weight_decay: float = setting(0.01, "training", "AdamW weight decay")
