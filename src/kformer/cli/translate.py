@@ -11,7 +11,13 @@ import json
 import sys
 from pathlib import Path
 
-from kformer.cli.progress import add_log_flags, progress_for
+from kformer.cli.distribute import (
+    add_distribute_flags,
+    distribute_config,
+    job_progress,
+    worker_line,
+)
+from kformer.cli.progress import add_log_flags
 from kformer.errors import BadInput
 
 # flags of `train translate` that override a setting of the same name
@@ -60,6 +66,7 @@ def register(commands, train_tasks) -> None:
                        help="continue from the last checkpoint in --out (same data; the vocabularies and model "
                        "settings of the first run are kept, --epochs and --max-minutes may change)")
     add_log_flags(train)
+    add_distribute_flags(train)
     train.set_defaults(handler=train_command)
 
     translate = commands.add_parser(
@@ -87,9 +94,13 @@ def train_command(args: argparse.Namespace) -> int:
     config = make_config(translate.TranslateConfig, "translate", args.recipe,
                          {name: getattr(args, name) for name in SETTING_FLAGS})
     out = Path(args.out) if args.out else default_out(args.data)
+    distribute = distribute_config(args)
     result = translate.train(config, args.data, out, valid=args.valid, test=args.test, resume=args.resume,
-                             progress=progress_for(args),
-                             command=["kformer", *sys.argv[1:]])
+                             progress=job_progress(args, distribute), command=["kformer", *sys.argv[1:]],
+                             distribute=distribute)
+    if result.folder != out:
+        print(worker_line(distribute, result.folder))
+        return 0
     metrics, test = result.metrics, result.metrics["test"]
     budget = " (stopped by --max-minutes)" if metrics["stopped_by_time_budget"] else ""
     print(

@@ -24,6 +24,7 @@ logs, and what ``resume`` needs to rebuild the same model: ``state.json`` and th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -49,6 +50,7 @@ from kformer.tasks.base import (
 )
 
 if TYPE_CHECKING:
+    from kformer.parallel import Cluster, DistributeConfig
     from kformer.training import Progress
 
 TASK = "translate"
@@ -286,6 +288,7 @@ def train(
     resume: bool = False,
     progress: Progress | None = None,
     command: Sequence[str] | None = None,
+    distribute: DistributeConfig | None = None,
 ) -> TrainResult:
     """Learn vocabularies, train, score the test pairs and write the model folder ``out``.
 
@@ -302,6 +305,11 @@ def train(
             ``max_minutes`` may change. Pass the same data.
         progress: called with :class:`~kformer.training.ProgressEvent` while training.
         command: recorded in ``metrics.json`` (the CLI passes its argv).
+        distribute: train data-parallel as one process of that job (:mod:`kformer.parallel`; JAX
+            backend). Every process reads the same pairs and learns the same vocabularies (checked),
+            builds the same global batches and feeds its rows of them; ``batch_size`` is the
+            global batch. Process 0 writes ``out``; the others only their checkpoints beside it
+            (their result's ``folder``).
 
     Returns:
         :class:`TrainResult`; ``metrics`` has ``test`` (BLEU, chrF, exact match), ``splits``,
@@ -311,6 +319,12 @@ def train(
     started = time.monotonic()
     config = as_config(TranslateConfig, config)
     out = Path(out)
+    cluster = None
+    if distribute is not None:
+        from kformer.parallel import start
+
+        cluster = start(distribute)  # waits for every process of the job
+        out = cluster.folder(out)
     check_out_folder(out)
     pairs = read_pair_data(data, "data")
     given_valid = None if valid is None else read_pair_data(valid, "valid")
@@ -319,16 +333,20 @@ def train(
         config = _resumed_config(out, config)
     train_pairs, valid_pairs, test_pairs = _splits(config, pairs, given_valid, given_test)
     prepared = _prepare(config, train_pairs, valid_pairs, out if resume else None)
+    if cluster is not None:
+        _check_job(cluster, prepared)
     with training_folder(out, resume) as state_dir:  # refuses a foreign or busy folder; cleans up on failure
         if not resume:
             _write_state(state_dir, prepared)
-        model, fit_result, steps = _fit(prepared, state_dir, resume, progress)
+        with contextlib.nullcontext() if cluster is None else cluster.scope():
+            model, fit_result, steps = _fit(prepared, state_dir, resume, progress, cluster)
         translator = Translator(model, prepared.source_vocab, prepared.target_vocab, out, {})
         scores, hypotheses = translator.score(test_pairs, beam=prepared.config.beam)
         metrics = _metrics(prepared, model, fit_result, steps, scores, time.monotonic() - started,
                            {"train": len(train_pairs), "valid": len(valid_pairs), "test": len(test_pairs)}, command)
-        save(translator, out, to_dict(prepared.config), metrics,
-             extra_files={TEST_TRANSLATIONS_FILE: _examples(test_pairs, hypotheses)})
+        if cluster is None or cluster.chief:
+            save(translator, out, to_dict(prepared.config), metrics,
+                 extra_files={TEST_TRANSLATIONS_FILE: _examples(test_pairs, hypotheses)})
     return TrainResult(folder=out, metrics=metrics, config=prepared.config, auto=prepared.auto.to_json())
 
 
@@ -456,9 +474,21 @@ def _build_model(config: TranslateConfig, source_vocab, target_vocab):
     )
 
 
-def _fit(prepared: _Prepared, state_dir: Path, resume: bool, progress: Progress | None):
+def _check_job(cluster: Cluster, prepared: _Prepared) -> None:
+    """A data-parallel run's checks: the global batch splits across the devices, and every
+    process learned the same vocabularies (else the same ids would mean different pieces)."""
+    batch_size = getattr(prepared.config, "batch_size", AUTO)
+    if batch_size != AUTO:
+        cluster.check_batch_size(batch_size)
+    pieces = [piece for vocab in (prepared.source_vocab, prepared.target_vocab)
+              for piece in vocab.pieces(range(vocab.vocab_size))]
+    cluster.check_same("the vocabulary", "\n".join(pieces).encode("utf-8"))
+
+
+def _fit(prepared: _Prepared, state_dir: Path, resume: bool, progress: Progress | None,
+         cluster: Cluster | None = None):
     """Build, compile and train; ``(model, FitResult, steps done in all runs)``."""
-    from kformer import training
+    from kformer import parallel, training
     from kformer.data.pairs import curriculum_levels
     from kformer.models.seq2seq import compile_seq2seq
 
@@ -492,8 +522,9 @@ def _fit(prepared: _Prepared, state_dir: Path, resume: bool, progress: Progress 
     limit = (config.max_length, config.max_length + 1)
     valid_plan = _batch_plan(config, prepared.valid, shuffle=False,
                              batch_size=None if config.batch_size == AUTO else max(config.batch_size, 64))
-    result = training.fit(
-        model,
+    # with a cluster (inside its scope): each process feeds its rows of the global batches
+    result = parallel.fit(
+        cluster, model,
         _dataset(prepared.train, plan, limits=limit, first_epoch=first_epoch),
         _dataset(prepared.valid, valid_plan, limits=limit),
         epochs=config.epochs, out_dir=state_dir, patience=config.patience, max_minutes=config.max_minutes,
