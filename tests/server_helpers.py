@@ -13,7 +13,10 @@ from conftest import number_pairs, write_tickets
 TINY_CLASSIFIER = {"max_length": 16, "vocab_size": 200, "batch_size": 16, "dim": 16, "ff_dim": 32, "seed": 3,
                    "epochs": 3, "learning_rate": 0.005}
 TINY_TRANSLATOR = {"vocab_size": 120, "dim": 32, "heads": 2, "ff_dim": 64, "encoder_layers": 1, "decoder_layers": 1,
-                   "dropout": 0.0, "batch_size": 16, "learning_rate": 0.01, "label_smoothing": 0.0, "epochs": 4}
+                   "dropout": 0.0, "batch_size": 16, "learning_rate": 0.01, "label_smoothing": 0.0, "epochs": 4,
+                   # the layout these tests were written for (one vocab.spm, post-norm, untied output):
+                   # auto would pick separate vocabularies, pre-norm and a tied output for English->Tamil
+                   "shared_vocab": True, "norm_first": False, "tie_embeddings": False}
 TINY_ARITHMETIC = {"digits": 2, "held_out_size": 16, "dim": 16, "heads": 2, "ff_dim": 32, "encoder_layers": 1,
                    "decoder_layers": 1, "batch_size": 32, "steps_per_epoch": 5, "epochs": 1, "warmup_steps": 2,
                    "jit_compile": False}
