@@ -13,15 +13,18 @@ from kformer.training import (
     CHECKPOINT_NAME,
     TimeBudget,
     WarmupDecay,
+    budget_schedule,
     fit,
     last_checkpoint,
     set_seed,
 )
 
 
-def _tiny_model() -> keras.Model:
+def _tiny_model(learning_rate=None) -> keras.Model:
+    """``learning_rate`` None: a WarmupDecay schedule; a float: a rate a callback may set."""
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")])
-    model.compile(optimizer=keras.optimizers.Adam(WarmupDecay(1e-2, 2, 20)), loss="sparse_categorical_crossentropy")
+    rate = WarmupDecay(1e-2, 2, 20) if learning_rate is None else learning_rate
+    model.compile(optimizer=keras.optimizers.Adam(rate), loss="sparse_categorical_crossentropy")
     return model
 
 
@@ -101,6 +104,41 @@ def test_checkpoint_atomic_and_resume_continues(tmp_path):
     assert second.initial_epoch == 2 and second.epochs_run == 1
     assert int(resumed.optimizer.iterations) == 3 * steps_per_epoch
     assert last_checkpoint(tmp_path)[1] == 3
+
+
+class _Rates(keras.callbacks.Callback):
+    """The learning rate each batch trained with."""
+
+    def __init__(self):
+        super().__init__()
+        self.rates = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.rates.append(float(np.asarray(self.model.optimizer.learning_rate)))
+
+
+def test_resumed_time_budget_and_its_decay_continue_the_interrupted_runs_clock(tmp_path):
+    set_seed(2)
+    x, y = _data()
+    model = _tiny_model(learning_rate=1e-2)
+    first = fit(model, (x, y), None, epochs=2, out_dir=tmp_path, patience=None, max_minutes=10,
+                callbacks=[_Slow()])
+    recorded = json.loads((tmp_path / "checkpoint.json").read_text())["train_seconds"]
+    assert 0.04 <= recorded <= first.seconds + 0.5  # 2 epochs x 2 batches x 20 ms at least
+    # The interrupted run had used 75 % of a 40 s budget: the clock's decay resumes at 75 %, not at 0.
+    state = json.loads((tmp_path / "checkpoint.json").read_text())
+    (tmp_path / "checkpoint.json").write_text(json.dumps({**state, "train_seconds": 30.0}))
+    resumed = _tiny_model(learning_rate=0.0)  # a variable the schedule sets before every batch
+    schedule, rates = budget_schedule(1.0, 0, 10**6, 40.0, final_ratio=0.0, decay="linear"), _Rates()
+    second = fit(resumed, (x, y), None, epochs=3, out_dir=tmp_path, patience=None, max_minutes=40 / 60,
+                 resume=True, callbacks=[schedule, rates])
+    assert second.initial_epoch == 2 and not second.stopped_by_budget
+    assert 0.0 < rates.rates[-1] <= 0.26  # linear decay at >= 75 % of the budget: at most a quarter of the peak
+    assert json.loads((tmp_path / "checkpoint.json").read_text())["train_seconds"] >= 30.0
+    # A budget already spent stops the resumed run after its first batch.
+    third = fit(_tiny_model(learning_rate=1e-2), (x, y), None, epochs=10, out_dir=tmp_path, patience=None, max_minutes=0.5,
+                resume=True)
+    assert third.stopped_by_budget and third.epochs_run == 1
 
 
 def test_failed_checkpoint_keeps_previous(tmp_path, monkeypatch):

@@ -227,6 +227,8 @@ class TimeBudget(keras.callbacks.Callback):
     next batch; Keras still runs its validation, so early stopping can restore the best weights.
     ``agree`` (set by :func:`fit` for data-parallel runs, :meth:`kformer.parallel.Cluster.agree`)
     turns this process's decision into the one every process follows: process 0's clock decides.
+    ``spent_seconds`` (set by :func:`fit` when resuming) is the training time of the runs before:
+    ``max_minutes`` counts all of them together.
     """
 
     def __init__(self, max_minutes: float | None, agree: Callable[[bool], bool] | None = None):
@@ -234,6 +236,7 @@ class TimeBudget(keras.callbacks.Callback):
         self.max_seconds = None if max_minutes is None else float(max_minutes) * 60.0
         self.agree = agree
         self.fired = False
+        self.spent_seconds = 0.0
         self._start = None
 
     def on_train_begin(self, logs=None):
@@ -243,7 +246,7 @@ class TimeBudget(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if self.max_seconds is None:
             return
-        spent = time.monotonic() - self._start >= self.max_seconds
+        spent = self.spent_seconds + time.monotonic() - self._start >= self.max_seconds
         if self.agree(spent) if self.agree is not None else spent:
             self.fired = True
             self.model.stop_training = True
@@ -255,7 +258,9 @@ class EpochCheckpoint(keras.callbacks.Callback):
     ``checkpoint.json`` beside it records the completed ``epochs_done``, the optimizer's
     ``iterations``, the ``learning_rate`` of the last step, the dropout layers' ``seed_states``
     (Keras does not save them; restored so a resumed run draws the masks an uninterrupted one
-    would) and the epoch's ``logs``. It is written after the model file; a crash between the two
+    would), ``train_seconds`` (training time so far, the runs before a resume included, so a
+    resumed time budget and its learning-rate decay continue where they were) and the epoch's
+    ``logs``. It is written after the model file; a crash between the two
     renames leaves a model one epoch newer than the JSON, which :func:`restore_checkpoint`
     recognises by its optimizer step and resumes from.
     """
@@ -263,6 +268,11 @@ class EpochCheckpoint(keras.callbacks.Callback):
     def __init__(self, out_dir: str | os.PathLike):
         super().__init__()
         self.out_dir = Path(out_dir)
+        self.spent_seconds = 0.0  # set by fit() when resuming
+        self._began = time.monotonic()
+
+    def on_train_begin(self, logs=None):
+        self._began = time.monotonic()
 
     def on_epoch_end(self, epoch, logs=None):
         save_keras_atomic(self.model, self.out_dir / CHECKPOINT_NAME, faults.checkpoint_fault(epoch + 1))
@@ -272,6 +282,7 @@ class EpochCheckpoint(keras.callbacks.Callback):
             "iterations": None if optimizer is None else int(optimizer.iterations.numpy()),
             "learning_rate": None if optimizer is None else float(np.asarray(optimizer.learning_rate)),
             "seed_states": _seed_states(self.model),
+            "train_seconds": round(self.spent_seconds + time.monotonic() - self._began, 3),
             "logs": {k: float(v) for k, v in (logs or {}).items() if np.ndim(v) == 0},
         }
         write_json_atomic(self.out_dir / CHECKPOINT_STATE_NAME, state)
@@ -346,6 +357,12 @@ def last_checkpoint(out_dir: str | os.PathLike) -> tuple[Path, int] | None:
     """``(checkpoint path, completed epochs)`` of the last checkpoint in ``out_dir``, or None."""
     state = _checkpoint_state(Path(out_dir))
     return None if state is None else (Path(out_dir) / CHECKPOINT_NAME, state["epochs_done"])
+
+
+def checkpoint_seconds(out_dir: str | os.PathLike) -> float:
+    """Training seconds recorded by the last checkpoint in ``out_dir`` (0 when there is none)."""
+    state = _checkpoint_state(Path(out_dir))
+    return 0.0 if state is None else float(state.get("train_seconds") or 0.0)
 
 
 def remove_checkpoint_debris(out_dir: str | os.PathLike) -> list[Path]:
@@ -488,7 +505,11 @@ def fit(
     standard = standard_callbacks(out_dir, patience=patience, max_minutes=max_minutes, monitor=monitor)
     standard[0].agree = agree
     remove_checkpoint_debris(out_dir)
+    spent = checkpoint_seconds(out_dir) if resume else 0.0
     initial_epoch = restore_checkpoint(model, out_dir) if resume else 0
+    for callback in [*standard, *(callbacks or [])]:
+        if hasattr(callback, "spent_seconds"):  # clocks that continue across a resume
+            callback.spent_seconds = spent
     start = time.monotonic()
     if initial_epoch >= epochs:
         history: dict[str, list[float]] = {}
@@ -504,7 +525,7 @@ def fit(
         for report in filter(None, (progress, log_to_file(Path(out_dir) / TRAIN_LOG))):
             extra.append(ProgressReporter(
                 report, None if steps is None else steps * epochs, epochs,
-                None if max_minutes is None else float(max_minutes) * 60.0,
+                None if max_minutes is None else max(float(max_minutes) * 60.0 - spent, 0.0),
                 initial_step=0 if steps is None else steps * initial_epoch,
             ))
         try:
@@ -561,7 +582,9 @@ def budget_schedule(peak, warmup_steps, total_steps, budget_seconds=None, final_
     ``total_steps`` or the end of ``budget_seconds`` of training (so a time-bounded run still ends
     at a low rate). The clock for the budget starts after the first batch, whose time (graph
     tracing / XLA compilation) is taken off the budget rather than off the decay. Its ``steps``
-    counts batches, from ``initial_step`` (a resumed run's optimizer step). In a data-parallel
+    counts batches, from ``initial_step`` (a resumed run's optimizer step); its ``spent_seconds``
+    (set by :func:`fit` when resuming) are the training seconds before, so the clock's share of
+    the budget continues where the interrupted run left it. In a data-parallel
     run follow it with :func:`kformer.parallel.follow_chief_rate` (process 0's rate for all).
     """
     if decay not in ("cosine", "linear"):
@@ -569,6 +592,7 @@ def budget_schedule(peak, warmup_steps, total_steps, budget_seconds=None, final_
 
     class WarmupDecayByBudget(keras.callbacks.Callback):
         steps = int(initial_step)
+        spent_seconds = 0.0
 
         def on_train_begin(self, logs=None):
             self.began = time.monotonic()
@@ -580,7 +604,8 @@ def budget_schedule(peak, warmup_steps, total_steps, budget_seconds=None, final_
                 return peak * (self.steps + 1) / warmup
             progress = (self.steps - warmup) / max(int(total_steps) - warmup, 1)
             if self.budget and self.start is not None:
-                progress = max(progress, (time.monotonic() - self.start) / max(self.budget, 1e-3))
+                clock = self.spent_seconds + time.monotonic() - self.start
+                progress = max(progress, clock / max(self.budget, 1e-3))
             progress = min(progress, 1.0)
             floor = peak * final_ratio
             shape = 0.5 * (1.0 + math.cos(math.pi * progress)) if decay == "cosine" else 1.0 - progress

@@ -33,7 +33,7 @@ def register(commands, train_tasks) -> None:
         "problems that training never sees (also written to OUT/metrics.json). Settings come from "
         "--recipe, then the flags below.",
     )
-    train.add_argument("--max-minutes", type=float, default=None, metavar="M", help="stop training after M minutes")
+    train.add_argument("--max-minutes", type=float, default=None, metavar="M", help="stop training after M minutes (with --resume: of training in all, the interrupted run's included)")
     train.add_argument("--seed", type=int, default=None, metavar="N", help="random seed (default 0)")
     train.add_argument(
         "--recipe", default=DEFAULT_RECIPE, metavar="NAME|PATH",

@@ -66,7 +66,7 @@ def register(commands, train_tasks) -> None:
     train.add_argument("--out", metavar="DIR", help="model folder to write (default: runs/<name of TRAIN>)")
     train.add_argument("--seed", type=int, metavar="N", help="random seed (default 0)")
     train.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
-    train.add_argument("--max-minutes", type=float, metavar="M", help="stop training after M minutes, keeping the best weights")
+    train.add_argument("--max-minutes", type=float, metavar="M", help="stop training after M minutes, keeping the best weights (with --resume: minutes of training in all)")
     train.add_argument("--freeze", action="store_true", default=None,
                        help="BERT backbones: keep the pretrained weights, compute each text's vector once (cached "
                        "in OUT/training/) and train only the head: minutes instead of hours on a CPU")

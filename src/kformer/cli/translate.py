@@ -39,7 +39,7 @@ def register(commands, train_tasks) -> None:
     train.add_argument("--test", metavar="FILE", help="test pairs scored after training (default: hold out up to 2,000 random training pairs)")
     train.add_argument("--out", metavar="DIR", help="model folder to write (default: runs/<name of PAIRS>)")
     train.add_argument("--recipe", metavar="NAME|PATH", help="named recipe (en-es, en-ta) or a TOML file of settings")
-    train.add_argument("--max-minutes", type=float, metavar="M", help="stop training after M minutes, keeping the best weights")
+    train.add_argument("--max-minutes", type=float, metavar="M", help="stop training after M minutes, keeping the best weights (with --resume: minutes of training in all)")
     train.add_argument("--epochs", type=int, metavar="N", help="maximum epochs (early stopping may end sooner)")
     train.add_argument("--seed", type=int, metavar="N", help="random seed for splits, shuffling and weights (default 0)")
     train.add_argument("--curriculum", action="store_true", default=None,
