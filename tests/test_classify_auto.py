@@ -110,6 +110,8 @@ def test_pretrained_backbones_keep_their_own_size():
     assert "not used" in auto["dim"]["why"]
     assert (config.batch_size, config.learning_rate, config.epochs) == (32, 1e-4, 6)
     assert config.max_length == 24  # 95th percentile 17 words ~ 23 word pieces -> bucket 24
+    line = describe(stats(9_000, 77, 12), auto)  # the printed line names only what the network uses
+    assert "max_length=24" in line and "learning_rate=0.0001" in line and "dim=" not in line and "vocab_size" not in line
 
 
 @pytest.mark.parametrize("recipe", available_recipes("classify"))

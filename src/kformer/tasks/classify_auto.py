@@ -81,6 +81,7 @@ CPU_MACS_PER_SECOND = 6.0e9  # multiply-adds per second of training
 STEP_SECONDS = 0.03  # fixed cost of an optimizer step (dispatch, the AdamW update, bucketing)
 PRETRAINED_SHAPE = (6, 384, 1536)  # layers, width, feed-forward width of all-MiniLM-L6-v2
 # what a pretrained backbone ignores keeps the value kformer used before "auto"
+UNUSED_WHY = "not used:"
 UNUSED_BY_PRETRAINED = {"vocab_size": 8000, "dim": 64, "heads": 2, "ff_dim": 128, "blocks": 1, "truncation": "head"}
 
 
@@ -144,7 +145,7 @@ def choose(config: ClassifyConfig, stats: DataStats,
         config = auto.resolve(config, heads=_heads(config.dim), ff_dim=(2 * config.dim, f"twice dim {config.dim}"))
         config = auto.resolve(config, blocks=_blocks(stats, config.max_length))
     else:
-        unused = f"not used: backbone {config.backbone} brings its own"
+        unused = f"{UNUSED_WHY} backbone {config.backbone} brings its own"
         config = auto.resolve(config, **{name: (value, unused) for name, value in UNUSED_BY_PRETRAINED.items()})
     config = auto.resolve(config, batch_size=_batch_size(stats, scratch))
     config = auto.resolve(config, learning_rate=_learning_rate(stats, config.backbone, scratch))
@@ -155,9 +156,11 @@ def choose(config: ClassifyConfig, stats: DataStats,
 
 
 def describe(stats: DataStats | None, chosen: dict[str, dict]) -> str:
-    """One line naming the data's shape and each auto value (the reasons are in metrics.json)."""
+    """One line naming the data's shape and each auto value the network uses (the reasons, and
+    the values a pretrained backbone ignores, are in metrics.json)."""
+    used = {name: item for name, item in chosen.items() if not item["why"].startswith(UNUSED_WHY)}
     values = ", ".join(f"{name}={item['value']:g}" if isinstance(item["value"], float) else f"{name}={item['value']}"
-                       for name, item in chosen.items())
+                       for name, item in used.items()) or "none (every setting is given)"
     shape = ("auto settings (as the run began)" if stats is None else
              f"auto settings for {stats.rows:,} training rows, {stats.classes} classes, "
              f"{stats.percentile(50):.0f} words per text (median)")
