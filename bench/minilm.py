@@ -230,15 +230,15 @@ def main() -> None:
                  f"head, at most {args.minutes:g} minutes). Test accuracy on each dataset's test file"
                  + ("" if args.train_rows is None and args.test_rows is None else " (SUBSAMPLED: a smoke run)") + ".")
         record_or_print("MiniLM --freeze per dataset (issue 9)", rows, notes, record=not args.no_record)
-    if args.skip_train:
-        return
-    rows = _train(_sample_csv(folder / "train.csv", args.train_rows), _sample_csv(folder / "test.csv", args.test_rows),
-                  args.recipe, args.minutes)
-    notes = (f"Training bounded by {args.minutes:g} minutes (train_s: model.fit's wall clock, validation and "
-             "checkpoints included); accuracy on the official test texts"
-             + ("" if args.train_rows is None and args.test_rows is None else " (SUBSAMPLED: a smoke run)")
-             + "; texts_per_s: the saved folder's prediction after warmup. Target: kformer >= 94 % in <= 15 minutes.")
-    record_or_print("BANKING77 MiniLM fine-tuning (issue 9)", rows, notes, record=not args.no_record)
+    if not args.skip_train:
+        rows = _train(_sample_csv(folder / "train.csv", args.train_rows),
+                      _sample_csv(folder / "test.csv", args.test_rows), args.recipe, args.minutes)
+        notes = (f"Training bounded by {args.minutes:g} minutes (train_s: model.fit's wall clock, validation and "
+                 "checkpoints included); accuracy on the official test texts"
+                 + ("" if args.train_rows is None and args.test_rows is None else " (SUBSAMPLED: a smoke run)")
+                 + "; texts_per_s: the saved folder's prediction after warmup. Target: kformer >= 94 % in <= 15 "
+                 "minutes.")
+        record_or_print("BANKING77 MiniLM fine-tuning (issue 9)", rows, notes, record=not args.no_record)
     if args.calibration:
         rows = _calibration(_sample_csv(folder / "train.csv", args.train_rows),
                             _sample_csv(folder / "test.csv", args.test_rows), args.recipe, args.minutes)
