@@ -31,6 +31,7 @@ LESSON_RECIPE = {
     "weight_decay": 0.0,
     "epochs": 10,
     "patience": 1,
+    "wide": False,  # the lesson's network alone (no recipe would otherwise mean auto: a wide n-gram part)
 }
 
 def main() -> None:

@@ -11,7 +11,8 @@ from pathlib import Path
 from conftest import number_pairs, write_tickets
 
 TINY_CLASSIFIER = {"max_length": 16, "vocab_size": 200, "batch_size": 16, "dim": 16, "ff_dim": 32, "seed": 3,
-                   "epochs": 3, "learning_rate": 0.005}
+                   "epochs": 3, "learning_rate": 0.005,
+                   "wide": False}  # the network alone: export compares it with its SavedModel/ONNX files
 TINY_TRANSLATOR = {"vocab_size": 120, "dim": 32, "heads": 2, "ff_dim": 64, "encoder_layers": 1, "decoder_layers": 1,
                    "dropout": 0.0, "batch_size": 16, "learning_rate": 0.01, "label_smoothing": 0.0, "epochs": 4,
                    # the layout these tests were written for (one vocab.spm, post-norm, untied output):

@@ -246,6 +246,13 @@ def as_config(config_cls, config):
 
 
 def make_config(config_cls, task: str, recipe: str | os.PathLike | None = None, overrides: dict[str, Any] | None = None):
-    """``config_cls`` from its defaults, then the ``recipe`` (name or path), then ``overrides``."""
+    """``config_cls`` from its defaults, then the ``recipe`` (name or path), then ``overrides``.
+
+    A config class may name ``RECIPE_DEFAULTS`` (``{setting: value}``): what a recipe that does
+    not mention those settings gets instead of the class default (settings added after recipes
+    were measured, so a recipe trains as it was written)."""
     flat = load_recipe(recipe, config_cls, task) if recipe else {}
+    if recipe:
+        named = {key.split(".", 1)[-1] for key in flat}
+        flat = {**{k: v for k, v in getattr(config_cls, "RECIPE_DEFAULTS", {}).items() if k not in named}, **flat}
     return build_config(config_cls, flat, overrides or {}, sources=(f"recipe {recipe}", "arguments"))

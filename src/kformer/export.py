@@ -21,7 +21,9 @@ Signatures (SavedModel) and files (ONNX) -- ``B`` batch, ``L`` ids per text (at 
 
 * classify: ``serving_default`` ``token_ids`` int32 ``(B, L)`` -> ``probabilities`` float32
   ``(B, classes)``; ``texts`` (SavedModel only, when the tokenizer runs in the graph) strings
-  ``(B,)`` -> ``probabilities`` and ``labels`` (the most likely label, string ``(B,)``).
+  ``(B,)`` -> ``probabilities`` and ``labels`` (the most likely label, string ``(B,)``). A
+  classifier with a wide n-gram part (``wide``, :mod:`kformer.tasks.classify_wide`) is refused
+  (Unsupported): its scikit-learn part has no graph form.
 * translate / arithmetic: ``encode`` ``source_ids`` int32 ``(B, S)`` -> ``encoder_outputs``
   float32 ``(B, S, D)``; ``decode_step`` ``target_in`` int32 ``(B, T)`` (``[START]`` + tokens so
   far), ``encoder_outputs``, ``source_ids`` -> ``logits`` float32 ``(B, V)`` of the next token;
@@ -321,6 +323,9 @@ def classifier_endpoint(classifier) -> Endpoint:
 
 
 def _classifier_plan(classifier) -> Plan:
+    if getattr(classifier, "wide", None) is not None:
+        raise Unsupported(f"{classifier.folder} mixes a wide n-gram part (scikit-learn) into its probabilities, which "
+                          "an export cannot carry; retrain with --no-wide to export it", field="model_dir")
     import tensorflow as tf
 
     labels = list(classifier.labels)

@@ -26,7 +26,7 @@ from kformer.errors import BadInput
 # flags of `train classify` that set a ClassifyConfig field of the same name
 SETTING_FLAGS = ("backbone", "pooling", "epochs", "max_length", "batch_size", "learning_rate", "label_smoothing",
                  "class_weights", "vocab_size", "patience", "seed", "max_minutes", "text_column", "label_column",
-                 "calibrate", "freeze")
+                 "calibrate", "freeze", "wide")
 PREDICT_CHUNK = 4096  # texts read, labelled and written at a time by `kformer predict`
 
 
@@ -70,6 +70,11 @@ def register(commands, train_tasks) -> None:
     train.add_argument("--freeze", action="store_true", default=None,
                        help="BERT backbones: keep the pretrained weights, compute each text's vector once (cached "
                        "in OUT/training/) and train only the head: minutes instead of hours on a CPU")
+    train.add_argument("--wide", action=argparse.BooleanOptionalAction, default=None,
+                       help="also fit TF-IDF n-grams + logistic regression on the training data and mix its "
+                       "probabilities with the network's by a weight chosen on validation; metrics.json \"wide\" "
+                       "shows what each part scores (default: auto, on for scratch backbones, off for pretrained "
+                       "ones, --freeze and recipes that do not name it; such a model cannot be exported)")
     train.add_argument("--calibrate", action="store_true", default=None,
                        help="choose the --threshold of the unknown route on the validation set (--valid labels the "
                        "training data lacks count as out-of-scope texts; without them 95%% of the correct "
@@ -119,10 +124,15 @@ def train_command(args: argparse.Namespace) -> int:
 
 
 def _summary_line(metrics: dict, out: Path) -> str:
-    """``valid accuracy ..., macro-F1 ...; test ...; trained N s; model written to OUT``."""
+    """``valid accuracy ..., macro-F1 ...; test ...; wide part ...; trained N s; model written to OUT``."""
     line = f"valid accuracy {metrics['valid']['accuracy']:.4f}, macro-F1 {metrics['valid']['macro_f1']:.4f}"
     if metrics["test"]:
         line += f"; test accuracy {metrics['test']['accuracy']:.4f}, macro-F1 {metrics['test']['macro_f1']:.4f}"
+    wide = metrics.get("wide") or {}
+    if wide.get("weight") is not None:  # what each part scores alone on validation
+        parts = wide["valid_accuracy"]
+        line += (f"; wide part weight {wide['weight']:g} (valid accuracy: transformer {parts['transformer']:.4f}, "
+                 f"wide {parts['wide']:.4f}, mixed {parts['mixed']:.4f})")
     budget = " (stopped by --max-minutes)" if metrics["stopped_by_time_budget"] else ""
     return f"{line}; trained {metrics['train_seconds']:.0f} s{budget}; model written to {out}"
 

@@ -21,6 +21,9 @@ the common manifest keys of :mod:`kformer.folders`:
 ``max_length``, ``tokenizer``, ``truncation``: how texts become ids
 ``text_column``, ``label_column``: the columns of the training file
 ``backbone``, ``recipe``, ``metrics``
+``wide``        (runs with ``wide``) ``{"weight", "file", "vocab_file", "features"}``: the
+                n-gram part in ``wide.npz`` + ``wide_vocab.json`` and its weight in the
+                probabilities (:mod:`kformer.tasks.classify_wide`)
 ==============  ==========================================================================
 
 ``training/`` keeps what ``resume`` needs: ``state.json`` (labels, settings, auto choices),
@@ -91,6 +94,10 @@ Data = str | os.PathLike | tuple[Sequence[str], Sequence[str]] | LabelledTexts
 class ClassifyConfig:
     """Every setting of a classify run (recipe sections ``[data]``, ``[model]``, ``[training]``)."""
 
+    # what a recipe that does not name these gets (:func:`kformer.config.make_config`): recipes
+    # written before the wide part train as they were measured
+    RECIPE_DEFAULTS: ClassVar[dict[str, Any]] = {"wide": False}
+
     text_column: str = setting("text", "data", "column holding the text")
     label_column: str = setting("label", "data", "column holding the label")
     tokenizer: Literal["word", "wordpiece"] = setting("word", "data", "word or wordpiece (scratch backbones only)")
@@ -111,6 +118,10 @@ class ClassifyConfig:
     freeze: bool = setting(
         False, "model", "BERT backbones: keep the backbone's weights; text vectors are computed once (cached in "
         "training/) and only the head is trained")
+    wide: bool | Auto = setting(
+        AUTO, "model", "also fit a TF-IDF n-gram + logistic regression part on the training split and mix its "
+        "probabilities with the network's by a weight chosen on validation (auto: on for scratch backbones, off for "
+        "pretrained ones and freeze; a recipe that does not name it: off)")
     dim: int | Auto = setting(AUTO, "model", "model width (auto: 128; 64 for few rows or long texts)")
     heads: int | Auto = setting(AUTO, "model", "attention heads (auto: 4 at dim 128, else 2)")
     ff_dim: int | Auto = setting(AUTO, "model", "feed-forward width (auto: twice dim)")
@@ -300,6 +311,9 @@ class Classifier(TaskModel):
         # ids (batch, width) int32 -> probabilities (batch, classes) float32 on another runtime
         # (kformer.runtimes.use_runtime); None: the Keras model
         self.predictor = None
+        # the wide n-gram part and its weight (kformer.tasks.classify_wide.Mix), mixed into
+        # probabilities; None: the network alone
+        self.wide = None
 
     @property
     def threshold(self) -> float | None:
@@ -366,7 +380,8 @@ class Classifier(TaskModel):
 
         Texts are tokenised once, sorted by length and cut into batches of ``batch_size`` (at
         most the largest batch bucket, 64, for the Keras network), each cut to its longest row's
-        width bucket."""
+        width bucket. A folder with a wide part returns ``(1 - w) * network + w * wide``
+        (:mod:`kformer.tasks.classify_wide`)."""
         from kformer.data.batching import BATCH_BUCKETS, bucket_width, length_bucketed_batches
 
         texts = check_texts(texts)
@@ -379,7 +394,7 @@ class Classifier(TaskModel):
         for rows in length_bucketed_batches(lengths, batch_size):
             width = bucket_width(max(int(lengths[rows].max()), 1), ids.shape[1])
             probs[rows] = self._probabilities_of_ids(ids[rows, :width])
-        return probs
+        return probs if self.wide is None else self.wide(probs, texts)  # a wide part: the mix
 
     def predict(self, texts: Sequence[str], *, top_k: int = 1, threshold: float | None = None,
                 unknown_label: str = "unknown", batch_size: int = 64) -> list[dict[str, Any]]:
@@ -464,7 +479,8 @@ class Classifier(TaskModel):
     def attention_maps(self, text: str) -> AttentionMaps:
         """Encoder self-attention of every layer and head for ``text``: ``maps["encoder"]`` is
         ``(layers, heads, L, L)`` over its L tokens (the first window for windowed models);
-        ``output`` is the predicted label."""
+        ``output`` is the network's predicted label (the Transformer alone: a wide n-gram part
+        has no attention and is left out here)."""
         from kformer.models.classifier import encoder_attention_maps
 
         if self.kind != "encoder":
@@ -544,7 +560,12 @@ def load(folder: str | os.PathLike) -> Classifier:
     if n_out != len(labels):
         raise CorruptModel(f"{folder}: the model has {n_out} outputs but kformer.json names {len(labels)} labels",
                            field="model_dir")
-    return Classifier(folder, manifest, model, tokenizer)
+    classifier = Classifier(folder, manifest, model, tokenizer)
+    if manifest.get("wide"):
+        from kformer.tasks.classify_wide import load_mix
+
+        classifier.wide = load_mix(folder, manifest["wide"], classifier.labels)
+    return classifier
 
 
 # --- training -------------------------------------------------------------------------------------
@@ -897,6 +918,11 @@ def _run(config, labels, extra: dict, out: Path, state_dir: Path, data, resume: 
     with parallel():
         result = _fit(classifier, config, (train, valid), state_dir, resume, progress, cluster)
     batch_size = max(config.batch_size, 64)
+    wide = None
+    if config.wide:  # fitted on the training split, its weight chosen on valid: classifier.wide
+        from kformer.tasks.classify_wide import add_wide
+
+        wide = add_wide(classifier, train, valid, test, batch_size=batch_size, class_weights=config.class_weights)
     valid_scores = classifier.scores(valid, batch_size)
     calibration = _calibrate(classifier, valid, out_of_scope, batch_size) if config.calibrate else None
     test_scores = classifier.scores(test, batch_size) if test is not None else None
@@ -912,14 +938,19 @@ def _run(config, labels, extra: dict, out: Path, state_dir: Path, data, resume: 
         "recipe": to_dict(config),
         **({"vocabulary": _vocabulary_summary(config, vocabulary)} if vocabulary else {}),
         **({"calibration": calibration} if calibration else {}),
+        **({"wide": wide} if wide else {}),
         **extra,
     }
     if calibration:  # predict and serve route below it to the unknown label by default
         manifest = {**manifest, "threshold": calibration["threshold"]}
+    if classifier.wide is not None:
+        manifest = {**manifest, "wide": classifier.wide.manifest()}
 
     def write_files(stage: Path) -> None:
         if vocabulary:
             save_vocabulary(vocabulary, stage / VOCAB_FILE)
+        if classifier.wide is not None:
+            classifier.wide.part.save(stage)
         write_curves(state_dir, stage)
         plot_confusion_matrix(valid_scores["confusion"], valid_scores["labels"], stage / "confusion_valid.png")
 

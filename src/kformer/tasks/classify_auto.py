@@ -27,11 +27,14 @@ dropout            0.2 below 500 training rows per class, else 0.1
 epochs             about 5,000 optimizer steps (within 3..40 epochs); with ``max_minutes``, no
                    more than the estimated epoch time fits into 90 % of the budget
 patience           a quarter of the epochs, at least 3 (early stopping watches validation macro-F1)
+wide               on: a TF-IDF n-gram + logistic regression part beside the network, mixed by
+                   a weight chosen on validation (:mod:`kformer.tasks.classify_wide`)
 =================  ===========================================================================
 
 Pretrained backbones (``minilm`` or a folder) bring their own size and vocabulary: those settings
 keep the values kformer used before ``auto`` (recorded as unused), batch 32, learning rate 1e-4,
-6 epochs (fitted to ``max_minutes`` by the same estimate for a MiniLM-sized network).
+6 epochs (fitted to ``max_minutes`` by the same estimate for a MiniLM-sized network), and no wide
+part (nor with ``freeze``).
 
 The time estimate is ``(3 x training + validation tokens) x multiply-adds per token / rate`` plus a
 fixed cost per step, with ``rate`` = :data:`CPU_MACS_PER_SECOND` for a 2-core CPU; a faster machine
@@ -152,6 +155,7 @@ def choose(config: ClassifyConfig, stats: DataStats,
     config = auto.resolve(config, label_smoothing=_label_smoothing(stats), dropout=_dropout(stats))
     config = auto.resolve(config, epochs=_epochs(stats, config, scale, macs_per_second))
     config = auto.resolve(config, patience=_patience(config.epochs))
+    config = auto.resolve(config, wide=_wide(config))
     return config, auto
 
 
@@ -290,6 +294,15 @@ def _epochs(stats: DataStats, config: ClassifyConfig, scale: float, macs_per_sec
         else:
             why += f"; fits max_minutes {config.max_minutes:g} (about {seconds:.0f} s per epoch estimated on a 2-core CPU)"
     return epochs, why
+
+
+def _wide(config: ClassifyConfig) -> tuple[bool, str]:
+    if config.freeze:
+        return False, "freeze: the fast path stays a cached text vector and a small head"
+    if not config.scratch:
+        return False, f"backbone {config.backbone} is pretrained: it already knows the words an n-gram part would add"
+    return True, (f"backbone {config.backbone} learns from this data alone: TF-IDF n-grams + logistic regression "
+                  "beside it, mixed by a weight chosen on validation (metrics.json \"wide\")")
 
 
 def _patience(epochs: int) -> tuple[int, str]:

@@ -1,0 +1,192 @@
+"""The wide n-gram part of a classifier (kformer.tasks.classify_wide): fitted alone it saves and
+loads without pickle to the same probabilities; in a model folder the classifier's probabilities
+are the mix of the network's and the wide part's by the weight chosen on validation; ``auto``
+turns it on for networks learned from scratch only; export refuses such a folder."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+from conftest import write_tickets
+
+from kformer.config import make_config
+from kformer.errors import CorruptModel, Unsupported
+from kformer.tasks import classify
+from kformer.tasks.classify import ClassifyConfig
+from kformer.tasks.classify_auto import DataStats, choose
+from kformer.tasks.classify_wide import (
+    WEIGHT_GRID,
+    WIDE_FILE,
+    WIDE_VOCAB_FILE,
+    WidePart,
+    choose_weight,
+    feature_plan,
+    fit,
+    mix,
+)
+
+TOPICS = {"billing": ["refund", "invoice", "charged"], "login": ["password", "locked", "signin"],
+          "travel": ["flight", "hotel", "booking"]}
+FILLER = [f"word{i}" for i in range(60)]
+PICKLE_SUFFIXES = (".pkl", ".pickle", ".joblib", ".npy")
+
+
+def topic_texts(n: int, seed: int, words: int = 6) -> tuple[list[str], list[str]]:
+    """``n`` texts of ``words`` filler words plus one keyword (sometimes misspelled) of their topic."""
+    rng = random.Random(seed)
+    texts, labels = [], []
+    for _ in range(n):
+        label = rng.choice(sorted(TOPICS))
+        keyword = rng.choice(TOPICS[label])
+        if rng.random() < 0.3:
+            keyword = keyword[:-1]  # a typo: only character n-grams still see it
+        texts.append(" ".join(rng.sample(FILLER, words) + [keyword]))
+        labels.append(label)
+    return texts, labels
+
+
+def test_wide_part_round_trips_without_pickle(tmp_path):
+    texts, labels = topic_texts(300, seed=1)
+    order = ["travel", "login", "billing"]  # outputs follow the classifier's order, not sklearn's
+    part = fit(texts, labels, order)
+    assert part.labels == order and set(part.features) == {"word 1-2 grams", "char_wb 2-5 grams"}
+    probe, truth = topic_texts(60, seed=2)
+    probs = part.probabilities(probe)
+    assert probs.shape == (60, 3) and probs.dtype == np.float32
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-5)
+    assert np.mean([order[i] == t for i, t in zip(probs.argmax(axis=1), truth, strict=True)]) > 0.9
+
+    assert sorted(part.save(tmp_path)) == sorted([WIDE_FILE, WIDE_VOCAB_FILE])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([WIDE_FILE, WIDE_VOCAB_FILE])  # no temporary left
+    loaded = WidePart.load(tmp_path, order)
+    np.testing.assert_allclose(loaded.probabilities(probe), probs, atol=1e-6)
+    with np.load(tmp_path / WIDE_FILE, allow_pickle=False) as arrays:  # plain arrays, no objects
+        assert arrays["coef"].dtype == np.float16 and arrays["coef"].shape == (3, sum(part.features.values()))
+    vocab = json.loads((tmp_path / WIDE_VOCAB_FILE).read_text(encoding="utf-8"))
+    assert vocab["labels"] == order and [b["analyzer"] for b in vocab["blocks"]] == ["word", "char_wb"]
+
+    with pytest.raises(CorruptModel, match="labels differ"):
+        WidePart.load(tmp_path, sorted(order))
+    (tmp_path / WIDE_FILE).write_bytes(b"not an npz")
+    with pytest.raises(CorruptModel, match="wide part .* is corrupt"):
+        WidePart.load(tmp_path, order)
+
+
+def test_long_texts_get_word_ngrams_only_and_many_classes_fewer_columns():
+    long_texts, _ = topic_texts(50, seed=3, words=40)
+    short_texts, _ = topic_texts(50, seed=3, words=5)
+    assert [a for a, _, _ in feature_plan(long_texts, 2)] == ["word"]
+    assert [a for a, _, _ in feature_plan(short_texts, 2)] == ["word", "char_wb"]
+    wide, narrow = feature_plan(short_texts, 3), feature_plan(short_texts, 600)
+    assert wide[0][2] == 400_000 and narrow[0][2] == narrow[1][2] == 10_000  # 12M weights / 600 classes / 2 blocks
+
+
+def test_weight_is_the_grid_argmax_ties_nearest_half():
+    truth = np.array([0] * 40 + [1] * 40)
+    right = np.eye(2, dtype="float32")[truth]
+    # the wide part is right everywhere (0.65), the network confidently wrong (0.9) on a quarter of
+    # the rows: the mix is right on those once w > 0.73, so w = 0.75 .. 1 tie and 0.75 is nearest 0.5
+    deep = 0.1 + 0.8 * right
+    deep[:20] = 1.0 - deep[:20]
+    wide = 0.35 + 0.3 * right
+    weight, grid = choose_weight(deep, wide, truth)
+    assert weight == 0.75 and grid["0.75"] == grid["1.00"] == 80 and grid["0.70"] == 60 and grid["0.00"] == 60
+    # a wide part confidently wrong everywhere: only w <= 0.3 keeps the network's answers
+    weight, grid = choose_weight(0.3 + 0.4 * right, 0.95 - 0.9 * right, truth)
+    assert weight == 0.3 and grid["0.30"] == 80 and grid["0.35"] == 0
+    # the rule against brute force on random probabilities
+    rng = np.random.default_rng(0)
+    deep, wide = rng.dirichlet(np.ones(4), 200), rng.dirichlet(np.ones(4), 200)
+    labels = rng.integers(0, 4, 200)
+    weight, grid = choose_weight(deep, wide, labels)
+    correct = [int((mix(deep, wide, w).argmax(axis=1) == labels).sum()) for w in WEIGHT_GRID]
+    best = [w for w, n in zip(WEIGHT_GRID, correct, strict=True) if n == max(correct)]
+    assert weight == min(best, key=lambda w: (abs(w - 0.5), w)) and max(grid.values()) == max(correct)
+
+
+def _stats(**kw) -> DataStats:
+    return DataStats(9_000, 77, tuple(12.0 for _ in range(101)), 5_000, 1_000, 9_000, **kw)
+
+
+def test_auto_turns_it_on_for_scratch_only_and_recipes_keep_it_off():
+    on, auto = choose(ClassifyConfig(), _stats())
+    assert on.wide is True and "learns from this data alone" in auto.to_json()["wide"]["why"]
+    assert choose(ClassifyConfig(backbone="bert-scratch"), _stats())[0].wide is True
+    minilm, auto = choose(ClassifyConfig(backbone="minilm"), _stats())  # rules only: MiniLM is not loaded
+    assert minilm.wide is False and "pretrained" in auto.to_json()["wide"]["why"]
+    frozen, auto = choose(ClassifyConfig(backbone="minilm", freeze=True), _stats())
+    assert frozen.wide is False and "freeze" in auto.to_json()["wide"]["why"]
+    explicit, auto = choose(ClassifyConfig(wide=False), _stats())
+    assert explicit.wide is False and "wide" not in auto.to_json()
+    # a recipe that does not name it trains as it was measured: no wide part, unless a flag says so
+    assert make_config(ClassifyConfig, "classify", "tickets").wide is False
+    assert make_config(ClassifyConfig, "classify", "tickets", {"wide": True}).wide is True
+    from kformer.cli import build_parser
+
+    args = build_parser().parse_args(["train", "classify", "--data", "x.csv", "--no-wide"])
+    assert args.wide is False
+    assert build_parser().parse_args(["train", "classify", "--data", "x.csv"]).wide is None  # auto
+
+
+@pytest.fixture(scope="module")
+def wide_folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("wide")
+    train, valid, test = (write_tickets(root / f"{name}.csv", n, seed=s)
+                          for name, n, s in (("train", 240, 1), ("valid", 60, 2), ("test", 60, 3)))
+    settings = {"epochs": 1, "dim": 16, "ff_dim": 32, "vocab_size": 200, "max_length": 16, "batch_size": 32,
+                "seed": 1}
+    result = classify.train(settings, train, root / "model", valid=valid, test=test)
+    assert result.config.wide is True  # auto: a scratch backbone
+    return root / "model", valid, test
+
+
+def test_folder_predicts_the_mix_of_its_two_parts(wide_folder):
+    folder, valid, test = wide_folder
+    assert not [p for p in folder.rglob("*") if p.suffix in PICKLE_SUFFIXES]
+    manifest = json.loads((folder / "kformer.json").read_text(encoding="utf-8"))
+    metrics = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
+    weight = manifest["wide"]["weight"]
+    assert manifest["wide"]["file"] == WIDE_FILE and weight in WEIGHT_GRID and metrics["wide"]["weight"] == weight
+
+    model = classify.load(folder)
+    texts = classify.as_labelled(str(test)).texts
+    mixed = model.probabilities(texts)
+    wide = WidePart.load(folder, model.labels).probabilities(texts)
+    model.wide = None  # the network alone
+    deep = model.probabilities(texts)
+    np.testing.assert_allclose(mixed, (1 - weight) * deep + weight * wide, atol=1e-5)
+
+    # the weight is the grid argmax on the validation split, and each part's accuracy is recorded
+    rows = classify.as_labelled(str(valid))
+    index = {label: i for i, label in enumerate(model.labels)}
+    truth = np.array([index[label] for label in rows.labels])
+    chosen, _ = choose_weight(model.probabilities(rows.texts), WidePart.load(folder).probabilities(rows.texts), truth)
+    assert chosen == weight
+    parts = metrics["wide"]["valid_accuracy"]
+    assert parts["mixed"] >= max(parts["transformer"], parts["wide"])  # w = 0 and w = 1 are on the grid
+    assert parts["mixed"] == pytest.approx(metrics["valid"]["accuracy"], abs=1e-9)
+    from kformer.cli.classify import _summary_line  # what `kformer train classify` prints
+
+    assert f"wide part weight {weight:g} (valid accuracy: transformer {parts['transformer']:.4f}" in _summary_line(
+        metrics, folder)
+    tested = metrics["wide"]["test_accuracy"]
+    assert tested["mixed"] == pytest.approx(metrics["test"]["accuracy"], abs=1e-9)
+    assert tested["transformer"] == pytest.approx(float(np.mean(
+        [model.labels[i] == t for i, t in zip(deep.argmax(axis=1), classify.as_labelled(str(test)).labels,
+                                              strict=True)])), abs=1e-9)
+
+
+def test_export_refuses_a_folder_with_a_wide_part(wide_folder, tmp_path, capsys):
+    from kformer.cli import main
+    from kformer.export import export
+
+    folder, _, _ = wide_folder
+    with pytest.raises(Unsupported, match="wide n-gram part .* retrain with --no-wide"):
+        export(folder, tmp_path / "out")
+    assert main(["export", str(folder), "--out", str(tmp_path / "out2")]) == 5
+    err = capsys.readouterr().err
+    assert "--no-wide" in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out2").exists()
