@@ -135,7 +135,7 @@ def test_auto_turns_it_on_for_scratch_only_and_recipes_keep_it_off():
 def wide_folder(tmp_path_factory):
     root = tmp_path_factory.mktemp("wide")
     train, valid, test = (write_tickets(root / f"{name}.csv", n, seed=s)
-                          for name, n, s in (("train", 240, 1), ("valid", 60, 2), ("test", 60, 3)))
+                          for name, n, s in (("train", 160, 1), ("valid", 40, 2), ("test", 40, 3)))
     settings = {"epochs": 1, "dim": 16, "ff_dim": 32, "vocab_size": 200, "max_length": 16, "batch_size": 32,
                 "seed": 1}
     result = classify.train(settings, train, root / "model", valid=valid, test=test)
