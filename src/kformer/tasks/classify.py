@@ -919,7 +919,8 @@ def _run(config, labels, extra: dict, out: Path, state_dir: Path, data, resume: 
         result = _fit(classifier, config, (train, valid), state_dir, resume, progress, cluster)
     batch_size = max(config.batch_size, 64)
     wide = None
-    if config.wide:  # fitted on the training split, its weight chosen on valid: classifier.wide
+    if config.wide is True:  # fitted on the training split, weight chosen on valid (a run resumed from before
+        # the wide part has "auto" left unresolved: it stays as it began, without)
         from kformer.tasks.classify_wide import add_wide
 
         wide = add_wide(classifier, train, valid, test, batch_size=batch_size, class_weights=config.class_weights)
