@@ -88,6 +88,45 @@ def test_batched_beam_equals_one_example_at_a_time(eager):
         assert strip_special(single) == strip_special(batched[row])
 
 
+LIMITS = [2, 5, 9]  # one per SOURCE row
+
+
+def _unended():
+    """A model that rarely says END (its END logit pushed down): rows run to their limits."""
+    model = _sharpen(_model(seed=7))
+    kernel, bias = model.output_projection.get_weights()
+    bias[END_ID] -= 50.0
+    model.output_projection.set_weights([kernel, bias])
+    return model
+
+
+def test_row_limits_cut_each_row_where_its_limit_says(model):
+    """Greedy with per-row limits = the unlimited decode cut at each limit (cached, full and beam 1)."""
+    unended = _unended()
+    whole = greedy_decode(unended, SOURCE, 9)
+    assert (whole != PAD_ID).sum(axis=1).tolist() == [9, 9, 9]  # no END: every row runs to max_length
+    for use_cache in (True, False):
+        limited = greedy_decode(unended, SOURCE, 9, use_cache=use_cache, row_limits=LIMITS)
+        _check_contract(limited, 9)
+        assert (limited != PAD_ID).sum(axis=1).tolist() == LIMITS
+        for row, limit in enumerate(LIMITS):
+            np.testing.assert_array_equal(limited[row, :limit], whole[row, :limit])
+    np.testing.assert_array_equal(beam_search(unended, SOURCE, 9, beam_width=1, row_limits=LIMITS),
+                                  greedy_decode(unended, SOURCE, 9, row_limits=LIMITS))
+    # a row that ends before its limit is unchanged
+    np.testing.assert_array_equal(greedy_decode(model, SOURCE, 9, row_limits=[9, 9, 9]), greedy_decode(model, SOURCE, 9))
+
+
+def test_beam_row_limits_equal_a_shorter_max_length_per_row(eager):
+    unended = _unended()
+    limited = beam_search(unended, SOURCE, 9, beam_width=3, row_limits=LIMITS)
+    for row, limit in enumerate(LIMITS):
+        alone = beam_search(unended, SOURCE[row : row + 1], limit, beam_width=3)[0]
+        assert strip_special(limited[row]) == strip_special(alone) and len(strip_special(alone)) == limit
+    with pytest.raises(KformerError, match="row limits"):
+        greedy_decode(unended, SOURCE, 9, row_limits=[3, 3])
+
+
 def _sequence_log_probs(model, source, sequences):
     """Sum of log p(token | prefix) of each sequence, by one full forward pass over all of them
     (padded: the decoder is causal, so later padding cannot change earlier positions)."""
@@ -142,7 +181,7 @@ def test_decoding_reaches_the_compiled_loop_with_a_few_shapes_only(eager):
     for batch_size in range(1, 33):
         for start in range(0, len(sources), batch_size):
             padded = pad_batch(sources[start : start + batch_size], limit=64)
-            shapes |= {chunk.shape for chunk, _ in generation._decode_chunks(wide, padded)}
+            shapes |= {chunk.shape for chunk, *_ in generation._decode_chunks(wide, padded)}
     assert len(shapes) <= 12 and shapes <= set(generation.decode_shapes(wide))
     # What greedy_decode sends to the compiled loop is exactly those chunks, and padding rows
     # and columns change no answer.

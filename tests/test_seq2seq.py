@@ -97,3 +97,35 @@ def test_dtype_policy_reaches_the_blocks():
     layers = [model.source_embedding, model.encoder_blocks[0], model.decoder_blocks[0]]
     assert {layer.dtype_policy.name for layer in layers} == {"mixed_bfloat16"}
     assert model.output_projection.dtype_policy.name == "float32"  # logits stay float32
+
+
+def test_shared_embeddings_are_one_table_for_source_target_and_output(tmp_path):
+    """share_embeddings + tie_embeddings: one (vocab, dim) table; a training step moves it from both
+    sides; a .keras round trip keeps it shared and the logits equal."""
+    import keras
+
+    keras.utils.set_random_seed(1)
+    settings = dict(dim=16, heads=2, ff_dim=32, encoder_layers=1, decoder_layers=1, dropout=0.0, tie_embeddings=True)
+    separate = Seq2SeqTransformer(11, 11, 10, 8, **settings)
+    shared = Seq2SeqTransformer(11, 11, 10, 8, share_embeddings=True, **settings)
+    assert separate.count_params() - shared.count_params() == 11 * 16  # the source table is gone
+    table = shared.target_embedding.token_embedding.embeddings
+    assert shared.source_embedding.token_embedding.embeddings is table
+    source, target_in = _batch()
+    source, target_in = 8 + source % 3, np.where(target_in > 3, 4 + target_in % 4, target_in)  # ids 8-10 vs 2-7
+    # untied (own output layer): rows 8-10 of the one table get gradient only through the source side
+    untied = Seq2SeqTransformer(11, 11, 10, 8, share_embeddings=True, **{**settings, "tie_embeddings": False})
+    compile_seq2seq(untied, learning_rate=1e-2, warmup_steps=1, total_steps=10)
+    one = untied.target_embedding.token_embedding.embeddings
+    before = np.array(one.numpy())
+    untied.train_on_batch({"source": source, "target_in": target_in}, target_in)
+    moved = np.abs(np.asarray(one.numpy()) - before).sum(axis=1) > 0
+    assert moved[8:].all() and moved[4:8].all() and not moved[[1, 3]].any()
+    path = tmp_path / "shared.keras"
+    save_keras_atomic(shared, path)
+    loaded = load_keras_model(path)
+    assert loaded.share_embeddings and loaded.source_embedding.token_embedding is loaded.target_embedding.token_embedding
+    inputs = {"source": source, "target_in": target_in}
+    np.testing.assert_allclose(np.asarray(loaded(inputs)), np.asarray(shared(inputs)), atol=1e-6)
+    with pytest.raises(ValueError, match="one vocabulary"):
+        Seq2SeqTransformer(13, 11, 10, 8, share_embeddings=True, **settings)

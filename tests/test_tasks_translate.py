@@ -92,6 +92,29 @@ def test_load_translate_evaluate(runs, tmp_path):
     assert translator.evaluate(runs["tsv"], limit=3)["n"] == 3
 
 
+def test_each_translation_is_capped_by_its_source_length(runs, monkeypatch):
+    """The folder records the cap measured on its training pairs; decoding passes each row's cap."""
+    from kformer.models import generation
+
+    translator = translate.load(runs["out"])
+    rule = json.loads((runs["out"] / "kformer.json").read_text(encoding="utf-8"))["decode_length"]
+    assert rule == translator.decode_length == runs["first"].metrics["lengths"]["decode"]
+    assert rule["extra"] == translate.translate_auto.DECODE_EXTRA and 1.0 <= rule["per_source_token"] <= 4.0
+    tight = translate.Translator(translator.model, translator.source_vocab, translator.target_vocab, runs["out"],
+                                 {**translator.manifest, "decode_length": {"per_source_token": 1.0, "extra": 1}})
+    assert tight.decode_limits([1, 3, 500]) == [2, 4, tight.max_target_length]
+    seen, real = [], generation.greedy_decode
+    monkeypatch.setattr(generation, "greedy_decode", lambda model, ids, max_length, row_limits=None: (
+        seen.append((ids, list(row_limits))), real(model, ids, max_length, row_limits=row_limits))[1])
+    sources = ["one", "three one two"]
+    tight.translate(sources)
+    lengths = [len(ids) for ids in tight.encode_sources(sources)]
+    assert sorted(limit for _, limits in seen for limit in limits) == sorted(n + 1 for n in lengths)
+    old = {k: v for k, v in translator.manifest.items() if k != "decode_length"}  # a folder from before the rule
+    assert translate.Translator(translator.model, None, None, runs["out"], old).decode_length == {
+        "per_source_token": 2.0, "extra": 8}
+
+
 def test_warmup_decodes_every_decode_shape(runs, monkeypatch):
     from kformer.models import generation
 
@@ -142,7 +165,8 @@ def test_config_errors_name_the_setting():
         build_config(TranslateConfig, {"dim": "big"})
     assert raised.value.field == "dim" and "whole number" in str(raised.value)
     for settings, field in [({"dim": 30}, "heads"), ({"max_length": 1}, "max_length"), ({"beam": 0}, "beam"),
-                            ({"positions": "rotary"}, "positions"), ({"warmup_steps": "soon"}, "warmup_steps")]:
+                            ({"positions": "rotary"}, "positions"), ({"warmup_steps": "soon"}, "warmup_steps"),
+                            ({"share_embeddings": True, "shared_vocab": False}, "share_embeddings")]:
         with pytest.raises(BadInput) as raised:
             build_config(TranslateConfig, settings)
         assert raised.value.field == field, settings

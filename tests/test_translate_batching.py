@@ -166,3 +166,31 @@ def test_describe_is_one_line_with_every_choice():
     line = translate_auto.describe(2804, 100_767, chosen)
     assert line == ('auto settings for 2,804 training pairs, 100,767 target tokens: dim=128, learning_rate=0.0014 '
                     '(reasons: metrics.json "auto")')
+
+
+def test_decode_length_rule_fits_the_training_targets_and_caps_short_sources():
+    rng = np.random.default_rng(0)
+    sources = [[4] * n for n in rng.integers(1, 40, size=400)]
+    targets = [[5] * int(round(1.5 * len(s))) for s in sources]  # targets 1.5 x their sources
+    rule = translate_auto.decode_length_rule(sources, targets)
+    assert rule["extra"] == translate_auto.DECODE_EXTRA and 1.0 <= rule["per_source_token"] <= 1.5
+    fits = [len(t) + 1 <= np.ceil(rule["per_source_token"] * len(s)) + rule["extra"]
+            for s, t in zip(sources, targets, strict=True)]
+    assert np.mean(fits) >= translate_auto.DECODE_QUANTILE
+    assert np.ceil(rule["per_source_token"] * 8) + rule["extra"] <= 18  # an 8-piece source: at most 18 tokens
+    wild = translate_auto.decode_length_rule([[4]] * 10, [[5] * 60] * 10)  # absurd ratios stay within range
+    assert wild["per_source_token"] == translate_auto.DECODE_RATIO_RANGE[1]
+    assert translate_auto.decode_length_rule([], []) == translate_auto.DEFAULT_DECODE_LENGTH
+
+
+def test_a_three_minute_tico_run_leaves_out_the_startup_and_packs_small_batches():
+    """TICO-19's ~100k target tokens in 3 minutes: the budget less the tracing startup at the small
+    model's measured speed, 256-token batches (at least 400 updates), the rate scaled down for them."""
+    small = translate_auto.SIZES[1]
+    run = translate_auto.run_tokens(100_767, 20, 3.0, small)
+    assert run == pytest.approx((180 - translate_auto.STARTUP_SECONDS) * small.tokens_per_second)
+    rules = training_rules(100_767, 20, 3.0)
+    assert rules["dim"][0] == 128 and rules["batch_tokens"][0] == 256 and run / 256 >= translate_auto.MIN_UPDATES
+    assert rules["learning_rate"][0] == pytest.approx(2e-3 * (256 / 2048) ** 0.5, rel=1e-3)
+    # a budget shorter than the startup still plans a tenth of it, not nothing
+    assert translate_auto.run_tokens(100_767, 20, 0.2, small) == pytest.approx(0.2 * 6 * small.tokens_per_second)

@@ -6,7 +6,11 @@ processes one new token. ``use_cache=False`` recomputes the whole model on the w
 every step (the textbook translate loop); it exists to check the cache and to measure the gain.
 
 Outputs follow one contract: int array ``(batch, <= max_length)`` of generated ids (no START),
-each row ending with END (unless it hit ``max_length``) and padded with PAD after it.
+each row ending with END (unless it hit its length limit) and padded with PAD after it. Besides the
+batch's ``max_length``, ``row_limits`` (``(batch,)`` ints) may cap each row on its own -- e.g. a
+translation by its source's length (:meth:`kformer.tasks.translate.Translator.decode_limits`), so
+an undertrained model that never says END stops early on a short source instead of looping to the
+longest sentence the batch allows. A row that reaches its limit is finished (no END, PAD after).
 
 Compiled decoding never recompiles per request: sources are decoded in chunks padded to a few
 *decode shapes* -- batch rounded up to one of :data:`BATCH_BUCKETS`, width to one of
@@ -35,7 +39,7 @@ _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 COMPILE = True
 
 
-def greedy_decode(model, source_ids, max_length, use_cache=True, stop_at_end=True):
+def greedy_decode(model, source_ids, max_length, use_cache=True, stop_at_end=True, row_limits=None):
     """Pick the most likely next token at every step.
 
     Args:
@@ -43,22 +47,26 @@ def greedy_decode(model, source_ids, max_length, use_cache=True, stop_at_end=Tru
         source_ids: ``(batch, S)`` int (padded with 0).
         max_length: most tokens to generate per row (END included).
         use_cache: incremental decoding (default) or full recomputation per step.
-        stop_at_end: stop once every row has produced END; ``False`` always runs ``max_length``
-            steps (for timing).
+        stop_at_end: stop once every row has finished (END or its limit); ``False`` always runs
+            ``max_length`` steps (for timing).
+        row_limits: optional ``(batch,)`` ints, most tokens for each row (at most ``max_length``;
+            default ``max_length`` for every row).
 
     Returns:
         int32 ``(batch, <= max_length)``.
     """
     source = _as_ids(source_ids)
     max_length = _check_length(model, max_length)
+    limits = _row_limits(row_limits, source.shape[0], max_length)
     if use_cache:
         compiled = _compiled(model)
         buffer = _buffer_length(model, max_length)
         parts = []
-        for padded, rows in _decode_chunks(model, source):
+        for padded, rows, start in _decode_chunks(model, source):
             compiled["shapes"].add((*padded.shape, buffer))
+            chunk_limits = _pad_limits(limits[start : start + rows], padded.shape[0])
             out = compiled["greedy_loop"](ops.convert_to_tensor(padded), ops.convert_to_tensor(max_length, "int32"),
-                                          buffer, bool(stop_at_end))
+                                          ops.convert_to_tensor(chunk_limits), buffer, bool(stop_at_end))
             parts.append(np.asarray(out)[:rows, :max_length])
         return _trim(np.concatenate(parts))
     stepper = _FullStepper(model, source, max_length)
@@ -66,27 +74,29 @@ def greedy_decode(model, source_ids, max_length, use_cache=True, stop_at_end=Tru
     tokens = np.full((batch, 1), START_ID, dtype="int32")
     finished = np.zeros(batch, dtype=bool)
     generated = []
-    for _ in range(max_length):
+    for index in range(max_length):
         logits = stepper.next_logits(tokens)
         logits[:, list(_FORBIDDEN)] = -np.inf
         next_ids = np.argmax(logits, axis=-1).astype("int32")
         next_ids = np.where(finished, PAD_ID, next_ids)
         generated.append(next_ids)
-        finished |= next_ids == END_ID
+        finished |= (next_ids == END_ID) | (index + 1 >= limits)
         if stop_at_end and finished.all():
             break
         tokens = next_ids[:, None]
     return _trim(np.stack(generated, axis=1))
 
 
-def beam_search(model, source_ids, max_length, beam_width=4, length_penalty=0.6, use_cache=True, stop_at_end=True):
+def beam_search(model, source_ids, max_length, beam_width=4, length_penalty=0.6, use_cache=True, stop_at_end=True,
+                row_limits=None):
     """Keep the ``beam_width`` best prefixes per example; return the best finished sequence.
 
     Prefixes are ranked by total log-probability while searching; at the end each example's
     candidates are ranked by ``log_prob / ((5 + length) / 6) ** length_penalty`` (Wu et al.
     2016; ``length`` counts generated tokens including END; 0 = no length normalisation).
-    Finished candidates stay in the beam with their score frozen. ``stop_at_end=False`` runs all
-    ``max_length`` steps even when every candidate has ended (for timing).
+    Finished candidates stay in the beam with their score frozen; a candidate reaching its
+    example's ``row_limits`` entry (``(batch,)``, default ``max_length``) is finished there.
+    ``stop_at_end=False`` runs all ``max_length`` steps even when every candidate has ended (for timing).
 
     Returns:
         int32 ``(batch, <= max_length)``, same contract as :func:`greedy_decode`.
@@ -95,15 +105,18 @@ def beam_search(model, source_ids, max_length, beam_width=4, length_penalty=0.6,
         raise BadInput(f"beam width ({{field}}) must be at least 1, not {beam_width}", field="beam")
     source = _as_ids(source_ids)
     max_length = _check_length(model, max_length)
+    limits = _row_limits(row_limits, source.shape[0], max_length)
     parts = [
-        _beam_chunk(model, padded, max_length, int(beam_width), length_penalty, use_cache, stop_at_end)[:rows]
-        for padded, rows in _decode_chunks(model, source)
+        _beam_chunk(model, padded, max_length, int(beam_width), length_penalty, use_cache, stop_at_end,
+                    _pad_limits(limits[start : start + rows], padded.shape[0]))[:rows]
+        for padded, rows, start in _decode_chunks(model, source)
     ]
     return _trim(np.concatenate([np.pad(p, [(0, 0), (0, max_length - p.shape[1])]) for p in parts]))
 
 
-def _beam_chunk(model, source, max_length, width, length_penalty, use_cache, stop_at_end):
-    """Beam search over one padded chunk of sources: ``(batch, <= max_length)``."""
+def _beam_chunk(model, source, max_length, width, length_penalty, use_cache, stop_at_end, limits):
+    """Beam search over one padded chunk of sources (``limits``: ``(batch,)`` most tokens per
+    example): ``(batch, <= max_length)``."""
     batch = source.shape[0]
     if use_cache:
         stepper = _CachedStepper(model, np.repeat(source, width, axis=0), _buffer_length(model, max_length))
@@ -116,7 +129,7 @@ def _beam_chunk(model, source, max_length, width, length_penalty, use_cache, sto
     lengths = np.zeros((batch, width), dtype="int64")
     tokens = np.full((batch * width, 1), START_ID, dtype="int32")
     rows = np.arange(batch)[:, None]
-    for _ in range(max_length):
+    for index in range(max_length):
         logits = stepper.next_logits(tokens).astype("float64")
         log_probs = logits - _logsumexp(logits)
         log_probs[:, list(_FORBIDDEN)] = -np.inf
@@ -132,7 +145,7 @@ def _beam_chunk(model, source, max_length, width, length_penalty, use_cache, sto
         sequences = np.concatenate([sequences[rows, parents], next_ids[..., None]], axis=-1)
         was_finished = finished[rows, parents]
         lengths = lengths[rows, parents] + (~was_finished)
-        finished = was_finished | (next_ids == END_ID)
+        finished = was_finished | (next_ids == END_ID) | (index + 1 >= limits[:, None])
         stepper.reorder((rows * width + parents).reshape(-1))
         if stop_at_end and finished.all():
             break
@@ -198,13 +211,14 @@ class _FullStepper:
         self.prefix = self.prefix[rows]
 
 
-def _greedy_loop(model, source, max_length, buffer: int, stop_at_end: bool):
+def _greedy_loop(model, source, max_length, limits, buffer: int, stop_at_end: bool):
     """Cached greedy decoding as one loop of ``keras.ops`` (compiled whole by :func:`_compiled`).
 
     Same arithmetic as the step-by-step path: encoder and cross-attention keys/values once, then
     one token per iteration through the self-attention caches. ``buffer`` (a Python int: part
     of the compiled shape) sizes the caches and the output; ``max_length`` (a tensor, so it costs
-    no recompile) stops the loop. Returns ``(batch, buffer)``.
+    no recompile) stops the loop, and ``limits`` (``(batch,)`` int32 tensor) finishes each row at
+    its own limit. Returns ``(batch, buffer)``.
     """
     encoder_outputs, source_mask = model.encode(source, training=False)
     cross_caches = model.cross_attention_caches(encoder_outputs)
@@ -225,6 +239,7 @@ def _greedy_loop(model, source, max_length, buffer: int, stop_at_end: bool):
         next_ids = ops.where(finished, ops.cast(PAD_ID, "int32"), next_ids)
         generated = ops.slice_update(generated, (0, index), next_ids[:, None])
         finished = ops.logical_or(finished, ops.equal(next_ids, END_ID))
+        finished = ops.logical_or(finished, ops.greater_equal(index + 1, limits))
         return index + 1, next_ids[:, None], generated, finished, tuple(caches)
 
     start = (
@@ -246,8 +261,8 @@ def _compiled(model) -> dict:
             "cross_caches": model.cross_attention_caches,
             "step": model.decode_step,
             "forward": lambda source, prefix: model({"source": source, "target_in": prefix}, training=False)[:, -1, :],
-            "greedy_loop": lambda source, max_length, buffer, stop_at_end: _greedy_loop(
-                model, source, max_length, buffer, stop_at_end),
+            "greedy_loop": lambda source, max_length, limits, buffer, stop_at_end: _greedy_loop(
+                model, source, max_length, limits, buffer, stop_at_end),
         }
         if COMPILE and keras.backend.backend() == "tensorflow":
             import tensorflow as tf  # generation plumbing only; the model itself is keras.ops
@@ -276,8 +291,9 @@ def decode_shapes(model) -> list[tuple[int, int]]:
 
 
 def _decode_chunks(model, source: np.ndarray):
-    """``(padded, rows)`` per chunk of at most ``BATCH_BUCKETS[-1]`` sources: the chunk padded to a
-    decode shape, extra rows copying its first row (so they end when it ends)."""
+    """``(padded, rows, start)`` per chunk of at most ``BATCH_BUCKETS[-1]`` sources (``start``: its
+    first row in ``source``): the chunk padded to a decode shape, extra rows copying its first row
+    (so they end when it ends)."""
     widths = decode_widths(model.max_source_length)
     for start in range(0, len(source), BATCH_BUCKETS[-1]):
         chunk = source[start : start + BATCH_BUCKETS[-1]]
@@ -287,7 +303,22 @@ def _decode_chunks(model, source: np.ndarray):
         padded = np.zeros((batch, width), dtype="int32")
         padded[:rows, :length] = chunk
         padded[rows:] = padded[0]
-        yield padded, rows
+        yield padded, rows, start
+
+
+def _row_limits(row_limits, batch: int, max_length: int) -> np.ndarray:
+    """``(batch,)`` int32: each row's most tokens, within 1..``max_length`` (all ``max_length`` if None)."""
+    if row_limits is None:
+        return np.full(batch, max_length, dtype="int32")
+    limits = np.asarray(row_limits)
+    if limits.shape != (batch,):
+        raise BadInput(f"row limits must be one per source row ({batch}), got shape {limits.shape}")
+    return np.clip(limits, 1, max_length).astype("int32")
+
+
+def _pad_limits(limits: np.ndarray, rows: int) -> np.ndarray:
+    """A chunk's limits for its padded rows (copies of the first, as :func:`_decode_chunks` pads)."""
+    return np.concatenate([limits, np.repeat(limits[:1], rows - len(limits))]).astype("int32")
 
 
 def _buffer_length(model, max_length: int) -> int:

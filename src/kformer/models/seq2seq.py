@@ -31,6 +31,9 @@ class Seq2SeqTransformer(keras.Model):
         positions: ``"learned"`` or ``"sinusoidal"`` position embeddings.
         tie_embeddings: reuse the target token embedding as the output projection (plus a bias).
         norm_first: pre-norm blocks (then a final layer norm closes each stack).
+        share_embeddings: one token table for source and target (a shared vocabulary: the two
+            sizes must be equal); with ``tie_embeddings`` also for the output -- one
+            ``(vocab, dim)`` table in all.
 
     Call:
         ``model({"source": (batch, S) int, "target_in": (batch, T) int})`` -> logits
@@ -52,6 +55,7 @@ class Seq2SeqTransformer(keras.Model):
         positions="learned",
         tie_embeddings=False,
         norm_first=False,
+        share_embeddings=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -68,6 +72,10 @@ class Seq2SeqTransformer(keras.Model):
         self.positions = positions
         self.tie_embeddings = bool(tie_embeddings)
         self.norm_first = bool(norm_first)
+        self.share_embeddings = bool(share_embeddings)
+        if self.share_embeddings and self.source_vocab_size != self.target_vocab_size:
+            raise ValueError(f"share_embeddings needs one vocabulary: source size {self.source_vocab_size} != "
+                             f"target size {self.target_vocab_size}")
 
         dtype = self.dtype_policy  # every sub-layer computes in the model's policy (e.g. mixed_bfloat16)
         block_args = dict(dim=self.dim, heads=self.heads, ff_dim=self.ff_dim, dropout=self.dropout,
@@ -80,6 +88,8 @@ class Seq2SeqTransformer(keras.Model):
             self.target_vocab_size, self.max_target_length, self.dim, positions=positions, dtype=dtype,
             name="target_embedding",
         )
+        if self.share_embeddings:  # one Embedding layer in both (saved and loaded once)
+            self.source_embedding.token_embedding = self.target_embedding.token_embedding
         self.embedding_dropout = keras.layers.Dropout(self.dropout, dtype=dtype, name="embedding_dropout")
         self.encoder_blocks = [EncoderBlock(**block_args, name=f"encoder_{i}") for i in range(self.encoder_layers)]
         self.decoder_blocks = [DecoderBlock(**block_args, name=f"decoder_{i}") for i in range(self.decoder_layers)]
@@ -248,6 +258,7 @@ class Seq2SeqTransformer(keras.Model):
             "positions": self.positions,
             "tie_embeddings": self.tie_embeddings,
             "norm_first": self.norm_first,
+            "share_embeddings": self.share_embeddings,
         }
 
     @classmethod

@@ -98,6 +98,9 @@ class TranslateConfig:
     tie_embeddings: bool | Auto = setting(AUTO, "model", "reuse the target embedding as the output projection "
                                           "(auto: yes)")
     norm_first: bool | Auto = setting(AUTO, "model", "pre-norm blocks (auto: yes)")
+    share_embeddings: bool = setting(
+        False, "model", "one token table for source and target (with tie_embeddings also the output): halves the "
+        "embedding weights; needs shared_vocab")
     epochs: int = setting(20, "training", "most epochs (early stopping may end sooner)")
     batch_tokens: int | Auto = setting(
         AUTO, "training", "tokens per training batch (pairs x padded length; length-bucketed pairs are packed up to "
@@ -136,6 +139,7 @@ class TranslateConfig:
             _at_least("max_length", self.max_length, 2, ' (or "auto")')
         if self.warmup_steps != AUTO:
             _at_least("warmup_steps", self.warmup_steps, 0, ' (or "auto")')
+        _check_shared_table(self.share_embeddings, self.shared_vocab)
         if self.dim != AUTO and self.dim % self.heads:
             raise BadInput(f"dim {self.dim} must be a multiple of {{field}} ({self.heads})", field="heads")
         for name in ("dropout", "label_smoothing"):
@@ -150,6 +154,12 @@ class TranslateConfig:
 def _at_least(name: str, value, least: int, alternative: str = "") -> None:
     if value < least:
         raise BadInput(f"{{field}} must be at least {least}{alternative}, not {value}", field=name)
+
+
+def _check_shared_table(share_embeddings: bool, shared_vocab) -> None:
+    """One token table needs one vocabulary (``shared_vocab`` False: set, or chosen by auto)."""
+    if share_embeddings and shared_vocab is False:
+        raise BadInput("{field} needs one vocabulary for both sides: set shared_vocab too", field="share_embeddings")
 
 
 def check_decoding(beam: int, batch_size: int) -> None:
@@ -276,6 +286,7 @@ class _Prepared:
     valid: tuple[list[list[int]], list[list[int]]]
     skipped: int  # training pairs longer than max_length
     vocab_seconds: float
+    decode_length: dict  # the per-sentence output cap (translate_auto.decode_length_rule)
 
 
 def train(
@@ -340,7 +351,8 @@ def train(
             _write_state(state_dir, prepared)
         with contextlib.nullcontext() if cluster is None else cluster.scope():
             model, fit_result, steps = _fit(prepared, state_dir, resume, progress, cluster)
-        translator = Translator(model, prepared.source_vocab, prepared.target_vocab, out, {})
+        translator = Translator(model, prepared.source_vocab, prepared.target_vocab, out,
+                                {"decode_length": prepared.decode_length})
         scores, hypotheses = translator.score(test_pairs, beam=prepared.config.beam)
         metrics = _metrics(prepared, model, fit_result, steps, scores, time.monotonic() - started,
                            {"train": len(train_pairs), "valid": len(valid_pairs), "test": len(test_pairs)}, command)
@@ -418,13 +430,14 @@ def _prepare(config: TranslateConfig, train: list[Pair], valid: list[Pair], resu
         del rules["batch_tokens"]  # batches of batch_size pairs: no token budget
     config = auto.resolve(config, **rules)
     config = auto.resolve(config, warmup_steps=_warmup(config, kept, target_tokens))
+    _check_shared_table(config.share_embeddings, config.shared_vocab)
     valid_ids = _fitting(source_vocab.encode([p.source for p in valid]),
                          target_vocab.encode([p.target for p in valid]), config.max_length)
     if not kept[0] or not valid_ids[0]:
         side = "training" if not kept[0] else "validation"
         raise BadInput(f"no {side} pair fits {{field}} {config.max_length} subwords; raise it", field="max_length")
     return _Prepared(config, auto, source_vocab, target_vocab, kept, valid_ids, len(sources) - len(kept[0]),
-                     vocab_seconds)
+                     vocab_seconds, translate_auto.decode_length_rule(*kept))
 
 
 def _warmup(config: TranslateConfig, kept, target_tokens: int) -> tuple[int, str]:
@@ -470,7 +483,7 @@ def _build_model(config: TranslateConfig, source_vocab, target_vocab):
         source_vocab.vocab_size, target_vocab.vocab_size, config.max_length, config.max_length + 1,
         dim=config.dim, heads=config.heads, ff_dim=config.ff_dim, encoder_layers=config.encoder_layers,
         decoder_layers=config.decoder_layers, dropout=config.dropout, positions=config.positions,
-        tie_embeddings=config.tie_embeddings, norm_first=config.norm_first,
+        tie_embeddings=config.tie_embeddings, norm_first=config.norm_first, share_embeddings=config.share_embeddings,
     )
 
 
@@ -581,7 +594,8 @@ def _metrics(prepared: _Prepared, model, fit_result, steps: int, scores: dict, s
         "best_epoch": None if fit_result.best_epoch is None else fit_result.best_epoch + 1,
         "stopped_by_time_budget": fit_result.stopped_by_budget,
         "splits": {**splits, "train_used": len(prepared.train[0]), "skipped_too_long": prepared.skipped},
-        "lengths": {"max_source": config.max_length, "max_target": config.max_length},
+        "lengths": {"max_source": config.max_length, "max_target": config.max_length,
+                    "decode": prepared.decode_length},
         "vocab": {"shared": prepared.source_vocab is prepared.target_vocab,
                   "source_size": prepared.source_vocab.vocab_size, "target_size": prepared.target_vocab.vocab_size},
         "parameters": int(model.count_params()),
@@ -609,6 +623,7 @@ def save(translator: Translator, out: str | os.PathLike, recipe: dict, metrics: 
         "vocab": vocab_files,
         "max_source_length": translator.max_source_length,
         "max_target_length": translator.max_target_length,
+        "decode_length": translator.decode_length,
         "recipe": recipe,
         "metrics": {k: metrics[k] for k in ("test", "valid_loss", "train_seconds", "splits") if k in metrics},
     }
@@ -643,6 +658,21 @@ class Translator(TaskModel):
     def max_target_length(self) -> int:
         return int(self.model.max_target_length)
 
+    @property
+    def decode_length(self) -> dict[str, float]:
+        """The output cap per sentence, ``{"per_source_token": a, "extra": b}``: a translation of a
+        source of ``n`` subwords gets at most ``ceil(a * n) + b`` target tokens (``[END]``
+        included), ``a`` measured on the training pairs (:func:`~kformer.tasks.translate_auto.
+        decode_length_rule`); folders written before the rule get ``a = 2, b = 8``."""
+        return self.manifest.get("decode_length") or dict(translate_auto.DEFAULT_DECODE_LENGTH)
+
+    def decode_limits(self, source_lengths: Sequence[int]) -> list[int]:
+        """Most target tokens for sources of these subword lengths (:attr:`decode_length`, at
+        most the model's longest target)."""
+        rule = self.decode_length
+        return [int(min(self.max_target_length, math.ceil(rule["per_source_token"] * n) + rule["extra"]))
+                for n in source_lengths]
+
     def metadata(self) -> dict[str, Any]:
         return {**super().metadata(), "shared_vocab": self.source_vocab is self.target_vocab,
                 "max_source_length": self.max_source_length, "max_target_length": self.max_target_length}
@@ -667,18 +697,20 @@ class Translator(TaskModel):
         for batch in length_bucketed_batches([len(s) for s in sources], batch_size):
             ids = pad_batch([sources[i] for i in batch], limit=self.max_source_length)
             max_length = self._decode_length(ids)
+            limits = self.decode_limits([len(sources[i]) for i in batch])
             if beam == 1:
-                generated = greedy_decode(self.model, ids, max_length)
+                generated = greedy_decode(self.model, ids, max_length, row_limits=limits)
             else:
-                generated = beam_search(self.model, ids, max_length, beam_width=beam)
+                generated = beam_search(self.model, ids, max_length, beam_width=beam, row_limits=limits)
             for row, text in zip(batch, self.target_vocab.decode(np.asarray(generated)), strict=True):
                 results[row] = text
         return results
 
     def _decode_length(self, ids) -> int:
-        """Most tokens to generate for sources ``ids (batch, width)``: a translation rarely needs
-        more than twice the source's subwords. Computed from the decode width the source is padded
-        to, so :meth:`warmup` meets every generation buffer a request can use."""
+        """Most tokens to generate for a batch of sources ``ids (batch, width)`` (each row is
+        capped further by :meth:`decode_limits`): a translation rarely needs more than twice the
+        source's subwords. Computed from the decode width the source is padded to, so
+        :meth:`warmup` meets every generation buffer a request can use."""
         from kformer.models.generation import decode_widths
 
         widths = decode_widths(self.max_source_length)
@@ -752,7 +784,8 @@ class Translator(TaskModel):
             raise BadInput("{field} must be a non-empty sentence", field="text")
         source = self.encode_sources([text])
         padded = pad_batch(source, limit=self.max_source_length)  # decoded exactly as translate() does
-        generated = greedy_decode(self.model, padded, self._decode_length(padded))[0]
+        generated = greedy_decode(self.model, padded, self._decode_length(padded),
+                                  row_limits=self.decode_limits([len(source[0])]))[0]
         # the decoder reads [START] + output: a translation that never ended is cut to fit
         output = strip_special(generated)[: self.max_target_length - 1]
         source = np.array(source, dtype="int32")

@@ -46,14 +46,19 @@ class ModelSize:
     encoder_layers: int
     decoder_layers: int
     learning_rate: float  # peak, for pre-norm blocks with a tied output layer
-    tokens_per_second: float  # rough training throughput on a 2-core CPU (target tokens, padding included)
+    tokens_per_second: float  # training throughput on a 2-core CPU (non-padding target tokens)
 
 
+# Throughput measured on this project's 2-core CPU while other jobs ran (load average ~4, so about
+# half of it): model.fit steps over TICO-19 English->Tamil batches packed to 256..4096 tokens, 4,000
+# target pieces (tiny 1,450-1,700/s at every budget, small ~1,000/s, base ~430/s at 1,024 tokens;
+# 20:20 UTC 2026-11-30). A quiet machine is faster, so these err towards more, smaller updates.
 SIZES = (
-    ModelSize("tiny", 64, 256, 2, 2, 3e-3, 8000.0),
-    ModelSize("small", 128, 512, 2, 2, 2e-3, 3000.0),
-    ModelSize("base", 256, 1024, 3, 3, 1e-3, 800.0),
+    ModelSize("tiny", 64, 256, 2, 2, 3e-3, 1500.0),
+    ModelSize("small", 128, 512, 2, 2, 2e-3, 1000.0),
+    ModelSize("base", 256, 1024, 3, 3, 1e-3, 450.0),
 )
+STARTUP_SECONDS = 30.0  # of a time budget: tracing the training step and the first validation (measured 18-34 s)
 TINY_CORPUS_TOKENS = 20_000  # fewer target tokens than this: the tiny model
 BASE_CORPUS_TOKENS, BASE_RUN_TOKENS = 1_000_000, 20_000_000  # both reached: the base model
 
@@ -130,9 +135,13 @@ def model_size(target_tokens: int, epochs: int, max_minutes: float | None) -> tu
 
 def run_tokens(target_tokens: int, epochs: int, max_minutes: float | None, size: ModelSize) -> float:
     """Target tokens the run is expected to train on: ``epochs`` passes, or what ``max_minutes``
-    allows at the size's rough throughput, whichever is less."""
+    (less :data:`STARTUP_SECONDS`, at least a tenth of it) allows at the size's throughput,
+    whichever is less."""
     whole = float(epochs * max(int(target_tokens), 1))
-    return whole if max_minutes is None else min(whole, max_minutes * 60 * size.tokens_per_second)
+    if max_minutes is None:
+        return whole
+    seconds = max(max_minutes * 60 - STARTUP_SECONDS, max_minutes * 6)
+    return min(whole, seconds * size.tokens_per_second)
 
 
 def warmup_rule(updates: int) -> tuple[int, str]:
@@ -177,6 +186,28 @@ def training_rules(target_tokens: int, epochs: int, max_minutes: float | None,
         "learning_rate": (round(rate, 6), f"{size.learning_rate:g} for the {size.name} model, times "
                           "sqrt(batch_tokens / 2048) below 2048 tokens"),
     }
+
+
+DECODE_EXTRA = 6  # target tokens a translation may take beyond per_source_token x its source's
+DECODE_QUANTILE = 0.995  # share of training pairs whose target fits the cap
+DECODE_RATIO_RANGE = (1.0, 4.0)
+DEFAULT_DECODE_LENGTH = {"per_source_token": 2.0, "extra": 8}  # folders written before the rule
+
+
+def decode_length_rule(sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]) -> dict[str, float]:
+    """The output cap of a translation, from the training pairs (subword ids): a source of ``n``
+    subwords gets at most ``ceil(per_source_token * n) + extra`` target tokens (``[END]``
+    included), ``per_source_token`` the smallest ratio (in steps of 0.05, within
+    ``DECODE_RATIO_RANGE``) under which ``DECODE_QUANTILE`` of the training targets fit, ``extra``
+    :data:`DECODE_EXTRA`. So a model that has not learned to stop yet ends a six-word sentence
+    after a couple of dozen tokens, not at the longest sentence the batch allows."""
+    needs = sorted(max(len(target) + 1 - DECODE_EXTRA, 0) / max(len(source), 1)
+                   for source, target in zip(sources, targets, strict=True))
+    low, high = DECODE_RATIO_RANGE
+    if not needs:
+        return dict(DEFAULT_DECODE_LENGTH)
+    ratio = needs[min(len(needs) - 1, math.ceil(DECODE_QUANTILE * len(needs)) - 1)]
+    return {"per_source_token": min(high, max(low, math.ceil(ratio * 20 - 1e-9) / 20)), "extra": DECODE_EXTRA}
 
 
 def describe(pairs: int, target_tokens: int, chosen: dict[str, dict]) -> str:
