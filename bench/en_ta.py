@@ -1,6 +1,6 @@
 """English->Tamil (TICO-19 + Tatoeba [+ Joshua IPC]): translation memory, the Keras example's recipe and kformer.
 
-    flock /tmp/kformer-bench.lock .venv/bin/python -m bench.en_ta [--minutes 14] [--joshua] [--recipe auto]
+    flock /tmp/kformer-bench.lock .venv/bin/python -m bench.en_ta [--minutes 12] [--joshua] [--recipe auto]
 
 Whole TICO-19 documents (by source URL in ``en-ta.meta.tsv``) are held out -- about 15% of
 the pairs (470), seed 0 -- so no test sentence shares a document with training. Training uses
@@ -9,7 +9,7 @@ pairs (Tamil Wikipedia, four crowd translations per sentence; none overlaps the 
 set) to training, after the validation pairs are drawn from the TICO-19/Tatoeba part. The
 systems, their time budgets and the columns are those of ``bench/en_es.py``: BLEU, chrF,
 repetition share, tokens/s, greedy and beam-4 decode seconds on the test sentences, and by
-default a ``--curriculum`` A/B run; ``--minutes 14`` runs about 55 minutes in all (3 x 14 min
+default a ``--curriculum`` A/B run; ``--minutes 12`` runs about 45 minutes in all (3 x 12 min
 of training, decoding and vocabularies). The issue's aim: chrF >= 30 (the translation memory: 24.3).
 """
 
@@ -24,7 +24,7 @@ from bench.harness import record_results, require_shared_data, results_table
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_common_flags(parser, 14.0, "en-ta", curriculum_ab=True)
+    add_common_flags(parser, 12.0, "en-ta", curriculum_ab=True)
     parser.add_argument("--joshua", action="store_true", help="add the 14,000 Joshua IPC pairs to training")
     parser.add_argument("--limit", type=int, default=None, help="use only N random training and N/10 test pairs (smoke runs)")
     args = parser.parse_args()
