@@ -137,8 +137,44 @@ def test_time_budget_decays_the_rate_to_zero_by_the_cut(monkeypatch):
     assert Optimizer.learning_rate.value == pytest.approx(1e-4 * 0.5)  # a resumed run continues its decay
 
 
-def test_pretrained_run_records_pooling_and_trains_under_a_time_budget(tmp_path):
+def test_bert_training_batches_come_in_few_shapes_for_xla():
+    """XLA compiles the BERT step once per batch shape: every training and validation batch has
+    batch_size rows (a short one is filled with copies of its rows weighted 0) and a width bucket."""
+    from kformer.data.batching import bucket_width
+    from kformer.tasks.classify import _batches
+
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(2, 40, size=40)
+    ids = np.zeros((40, 40), dtype="int32")
+    for row, n in enumerate(lengths):
+        ids[row, :n] = rng.integers(5, 50, size=n)
+    y = np.eye(3, dtype="float32")[rng.integers(0, 3, size=40)]
+    for shuffle in (True, False):
+        batches = list(_batches("bert", ids, y, 16, shuffle, seed=1))
+        assert len(batches) == 3  # 16 + 16 + 8 rows
+        shapes = {tuple(features["token_ids"].shape) for features, _, _ in batches}
+        assert {rows for rows, _ in shapes} == {16}
+        assert {width for _, width in shapes} <= {bucket_width(n, 40) for n in range(1, 41)}
+        weights = np.concatenate([np.asarray(w) for _, _, w in batches])
+        assert weights.sum() == 40 and sorted(set(weights.tolist())) == [0.0, 1.0]
+        real = [int(n) for f, _, w in batches for n in np.asarray(f["padding_mask"]).sum(axis=1)[np.asarray(w) > 0]]
+        assert sorted(real) == sorted(lengths.tolist())  # every text once at weight 1
+        for features, _, _ in batches:  # no all-padding row (a mean-pooled 0/0)
+            assert np.asarray(features["padding_mask"]).any(axis=1).all()
+
+
+def test_pretrained_run_records_pooling_and_trains_under_a_time_budget(tmp_path, monkeypatch):
     from kformer.tasks import classify
+
+    compiled = []
+    original = classify._compile
+
+    def spy(model, *args, **kwargs):
+        callbacks = original(model, *args, **kwargs)
+        compiled.append(model.jit_compile)
+        return callbacks
+
+    monkeypatch.setattr(classify, "_compile", spy)
 
     rows = [("my card has not arrived " + str(i % 7), "card") for i in range(40)]
     rows += [("refund please " + str(i % 7), "refund") for i in range(40)]
@@ -151,6 +187,8 @@ def test_pretrained_run_records_pooling_and_trains_under_a_time_budget(tmp_path)
     model = classify.load(tmp_path / "out")
     assert type(model.model).__name__ == "MeanPoolBertClassifier"
     assert result.metrics["valid"]["accuracy"] >= 0.9
+    # the BERT step is XLA-compiled even where Keras' "auto" would not (a CPU-only TensorFlow)
+    assert compiled == [True]
 
 
 def test_frozen_backbone_trains_only_the_head_on_cached_vectors(tmp_path):

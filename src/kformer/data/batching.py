@@ -109,6 +109,22 @@ def pad_batch(sequences: Sequence[Sequence[int]], limit: int | None = None) -> n
     return out
 
 
+def fill_batch(batch, rows: int):
+    """A ``tf.data`` batch ``(x (n, width), y (n, ...)[, sample_weight (n,)])`` with ``n <= rows``
+    filled up to ``rows`` rows with copies of its own rows weighted 0: ``(x (rows, width),
+    y (rows, ...), sample_weight (rows,))``. A step compiled per shape (XLA) then meets one batch
+    size; the copies change no gradient or weighted metric (they are real texts: an all-padding
+    row would make a mean-pooled vector 0/0)."""
+    import tensorflow as tf  # input pipeline only, outside the model
+
+    x, y, *weight = batch
+    n = tf.shape(x)[0]
+    take = tf.range(rows) % n
+    weight = weight[0] if weight else tf.ones((n,), tf.float32)
+    kept = tf.cast(tf.range(rows) < n, tf.float32)
+    return tf.gather(x, take), tf.gather(y, take), tf.gather(weight, take) * kept
+
+
 class BucketedBatches:
     """Length-bucketed batches of a padded id matrix, for ``model.fit`` and prediction.
 

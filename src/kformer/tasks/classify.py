@@ -704,16 +704,24 @@ def _build_model(config: ClassifyConfig, n_labels: int, vocabulary: list[str] | 
 
 # AdamW leaves these variables undecayed in BERT models: every bias and LayerNorm's scale/offset
 NO_WEIGHT_DECAY = ("^bias$", "^gamma$", "^beta$")
+# kinds whose whole-network training step runs under XLA: a pretrained BERT's step on CPU
+# TensorFlow (no XLA under Keras' "auto") took 1.6-1.8x the CPU time of the XLA step (MiniLM,
+# batch 32 x 24 tokens, side by side under load); kformer's scratch encoder keeps Keras' choice
+XLA_KINDS = ("bert",)
 
 
 def _compile(model, config: ClassifyConfig, steps_per_epoch: int, kind: str = "encoder", *, initial_step: int = 0,
-             cluster: Cluster | None = None) -> list:
+             cluster: Cluster | None = None, xla: bool = False) -> list:
     """Compile ``model`` (AdamW, clipnorm 1, warmup then ``config.decay``); returns the callbacks
     the schedule needs. With ``max_minutes`` the rate is set per batch by
     :func:`~kformer.training.budget_schedule`: it decays by steps or by the clock, whichever is
     further, so a run cut by its time budget ends at a low rate (with a ``cluster``, every process
     takes process 0's rate: :func:`~kformer.parallel.follow_chief_rate`; ``initial_step``: a resumed
-    run's step). BERT models keep biases and LayerNorm weights out of weight decay."""
+    run's step). BERT models keep biases and LayerNorm weights out of weight decay. ``xla``
+    compiles the training and evaluation steps with XLA (``jit_compile=True``) whatever the
+    backend would choose: Keras' ``"auto"`` turns XLA off on a CPU-only TensorFlow, where the
+    MiniLM fine-tuning step then costs 1.6-1.8x the work (:data:`XLA_KINDS`); XLA compiles once per
+    batch shape, so the batches must come in few shapes (:func:`_batches`)."""
     import keras
 
     from kformer.training import WarmupDecay, budget_schedule
@@ -739,6 +747,7 @@ def _compile(model, config: ClassifyConfig, steps_per_epoch: int, kind: str = "e
         optimizer=optimizer,
         loss=keras.losses.CategoricalCrossentropy(label_smoothing=config.label_smoothing),
         metrics=["accuracy", keras.metrics.F1Score(average="macro", name=MONITOR[4:])],
+        jit_compile=True if xla else "auto",
     )
     return callbacks
 
@@ -758,13 +767,18 @@ def _batches(kind: str, ids, y, batch_size: int, shuffle: bool, seed: int = 0, s
              cluster: Cluster | None = None):
     """A ``tf.data.Dataset`` of length-bucketed batches (BERT models get their input dicts);
     ``first_epoch`` is where a resumed run starts (it sees the order of that epoch). With a
-    ``cluster``: this process's rows of the global batches."""
-    from kformer.data.batching import BucketedBatches
+    ``cluster``: this process's rows of the global batches. For :data:`XLA_KINDS` (one XLA
+    compile per batch shape) every batch has ``batch_size`` rows: a short one is filled up with
+    copies of its rows weighted 0 (:func:`~kformer.data.batching.fill_batch`), so the shapes are
+    ``(batch_size, width bucket)`` only."""
+    from kformer.data.batching import BucketedBatches, fill_batch
     from kformer.models.pretrained import bert_inputs
 
     make = BucketedBatches if cluster is None else cluster.batches
     data = make(ids, y, batch_size, shuffle=shuffle, seed=seed, sample_weight=sample_weight,
                 first_epoch=first_epoch).dataset()
+    if kind in XLA_KINDS and cluster is None:
+        data = data.map(lambda *batch: fill_batch(batch, batch_size))
     return data.map(bert_inputs) if kind == "bert" else data
 
 
@@ -803,7 +817,7 @@ def _fit(classifier: Classifier, config: ClassifyConfig, splits, state_dir: Path
     model = classifier.model
     steps = math.ceil(len(train) / config.batch_size)
     schedule = _compile(model, config, steps, classifier.kind, initial_step=0 if done is None else done[1] * steps,
-                        cluster=cluster)
+                        cluster=cluster, xla=classifier.kind in XLA_KINDS)
     preprocessor = getattr(model, "preprocessor", None)
     if classifier.kind == "bert":
         model.preprocessor = None  # batches are already token ids; the saved model keeps its preprocessor
