@@ -138,8 +138,9 @@ def test_time_budget_decays_the_rate_to_zero_by_the_cut(monkeypatch):
 
 
 def test_bert_training_batches_come_in_few_shapes_for_xla():
-    """XLA compiles the BERT step once per batch shape: every training and validation batch has
-    batch_size rows (a short one is filled with copies of its rows weighted 0) and a width bucket."""
+    """XLA compiles the BERT step once per batch shape: every training batch has batch_size rows
+    (the short one is filled with copies of its rows weighted 0, its real rows weighted up so its
+    loss stays their mean) and a width bucket; validation batches keep their rows."""
     from kformer.data.batching import bucket_width
     from kformer.tasks.classify import _batches
 
@@ -149,18 +150,20 @@ def test_bert_training_batches_come_in_few_shapes_for_xla():
     for row, n in enumerate(lengths):
         ids[row, :n] = rng.integers(5, 50, size=n)
     y = np.eye(3, dtype="float32")[rng.integers(0, 3, size=40)]
-    for shuffle in (True, False):
-        batches = list(_batches("bert", ids, y, 16, shuffle, seed=1))
-        assert len(batches) == 3  # 16 + 16 + 8 rows
-        shapes = {tuple(features["token_ids"].shape) for features, _, _ in batches}
-        assert {rows for rows, _ in shapes} == {16}
-        assert {width for _, width in shapes} <= {bucket_width(n, 40) for n in range(1, 41)}
-        weights = np.concatenate([np.asarray(w) for _, _, w in batches])
-        assert weights.sum() == 40 and sorted(set(weights.tolist())) == [0.0, 1.0]
-        real = [int(n) for f, _, w in batches for n in np.asarray(f["padding_mask"]).sum(axis=1)[np.asarray(w) > 0]]
-        assert sorted(real) == sorted(lengths.tolist())  # every text once at weight 1
-        for features, _, _ in batches:  # no all-padding row (a mean-pooled 0/0)
-            assert np.asarray(features["padding_mask"]).any(axis=1).all()
+    batches = list(_batches("bert", ids, y, 16, True, seed=1))
+    assert len(batches) == 3  # 16 + 16 + 8 rows
+    shapes = {tuple(features["token_ids"].shape) for features, _, _ in batches}
+    assert {rows for rows, _ in shapes} == {16}
+    assert {width for _, width in shapes} <= {bucket_width(n, 40) for n in range(1, 41)}
+    weights = [np.asarray(w) for _, _, w in batches]
+    assert sorted(sorted(set(w.tolist())) for w in weights) == [[0.0, 2.0], [1.0], [1.0]]
+    real = [int(n) for (f, _, _), w in zip(batches, weights, strict=True)
+            for n in np.asarray(f["padding_mask"]).sum(axis=1)[w > 0]]
+    assert sorted(real) == sorted(lengths.tolist())  # every text once
+    for features, _, _ in batches:  # no all-padding row (a mean-pooled 0/0)
+        assert np.asarray(features["padding_mask"]).any(axis=1).all()
+    valid = list(_batches("bert", ids, y, 16, False))
+    assert [len(batch[1]) for batch in valid] == [16, 16, 8]
 
 
 def test_pretrained_run_records_pooling_and_trains_under_a_time_budget(tmp_path, monkeypatch):

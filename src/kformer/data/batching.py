@@ -113,15 +113,16 @@ def fill_batch(batch, rows: int):
     """A ``tf.data`` batch ``(x (n, width), y (n, ...)[, sample_weight (n,)])`` with ``n <= rows``
     filled up to ``rows`` rows with copies of its own rows weighted 0: ``(x (rows, width),
     y (rows, ...), sample_weight (rows,))``. A step compiled per shape (XLA) then meets one batch
-    size; the copies change no gradient or weighted metric (they are real texts: an all-padding
-    row would make a mean-pooled vector 0/0)."""
+    size. The copies are real texts (an all-padding row would make a mean-pooled vector 0/0); the
+    real rows' weights are scaled by ``rows / n``, so the batch's loss (Keras divides the weighted
+    sum by the batch size) is still the mean over its real rows."""
     import tensorflow as tf  # input pipeline only, outside the model
 
     x, y, *weight = batch
     n = tf.shape(x)[0]
     take = tf.range(rows) % n
     weight = weight[0] if weight else tf.ones((n,), tf.float32)
-    kept = tf.cast(tf.range(rows) < n, tf.float32)
+    kept = tf.cast(tf.range(rows) < n, tf.float32) * tf.cast(rows, tf.float32) / tf.cast(n, tf.float32)
     return tf.gather(x, take), tf.gather(y, take), tf.gather(weight, take) * kept
 
 

@@ -768,16 +768,17 @@ def _batches(kind: str, ids, y, batch_size: int, shuffle: bool, seed: int = 0, s
     """A ``tf.data.Dataset`` of length-bucketed batches (BERT models get their input dicts);
     ``first_epoch`` is where a resumed run starts (it sees the order of that epoch). With a
     ``cluster``: this process's rows of the global batches. For :data:`XLA_KINDS` (one XLA
-    compile per batch shape) every batch has ``batch_size`` rows: a short one is filled up with
-    copies of its rows weighted 0 (:func:`~kformer.data.batching.fill_batch`), so the shapes are
-    ``(batch_size, width bucket)`` only."""
+    compile per batch shape) every training batch (``shuffle``) has ``batch_size`` rows: the short
+    one is filled up with copies of its rows weighted 0 (:func:`~kformer.data.batching.fill_batch`),
+    so the step meets only ``(batch_size, width bucket)`` shapes. Validation batches keep their
+    rows (the same few shapes every epoch; a filled batch would skew ``val_loss``)."""
     from kformer.data.batching import BucketedBatches, fill_batch
     from kformer.models.pretrained import bert_inputs
 
     make = BucketedBatches if cluster is None else cluster.batches
     data = make(ids, y, batch_size, shuffle=shuffle, seed=seed, sample_weight=sample_weight,
                 first_epoch=first_epoch).dataset()
-    if kind in XLA_KINDS and cluster is None:
+    if kind in XLA_KINDS and shuffle and cluster is None:
         data = data.map(lambda *batch: fill_batch(batch, batch_size))
     return data.map(bert_inputs) if kind == "bert" else data
 
