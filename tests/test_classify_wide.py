@@ -14,7 +14,7 @@ from conftest import write_tickets
 
 from kformer.config import make_config
 from kformer.errors import CorruptModel, Unsupported
-from kformer.tasks import classify
+from kformer.tasks import classify, classify_wide
 from kformer.tasks.classify import ClassifyConfig
 from kformer.tasks.classify_auto import DataStats, choose
 from kformer.tasks.classify_wide import (
@@ -137,9 +137,15 @@ def wide_folder(tmp_path_factory):
     train, valid, test = (write_tickets(root / f"{name}.csv", n, seed=s)
                           for name, n, s in (("train", 160, 1), ("valid", 40, 2), ("test", 40, 3)))
     settings = {"epochs": 1, "dim": 16, "ff_dim": 32, "vocab_size": 200, "max_length": 16, "batch_size": 32,
-                "seed": 1}
-    result = classify.train(settings, train, root / "model", valid=valid, test=test)
+                "seed": 1, "max_minutes": 5}
+    budgets = []  # --max-minutes counts the wide part, fitted first: say it took 90 s
+    fitted, fitted_by = classify_wide.fit_timed, classify._fit
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(classify_wide, "fit_timed", lambda *a, **k: (fitted(*a, **k)[0], 90.0))
+        patch.setattr(classify, "_fit", lambda c, config, *a: budgets.append(config.max_minutes) or fitted_by(c, config, *a))
+        result = classify.train(settings, train, root / "model", valid=valid, test=test)
     assert result.config.wide is True  # auto: a scratch backbone
+    assert budgets == [3.5] and result.config.max_minutes == 5  # the network got what was left
     return root / "model", valid, test
 
 

@@ -930,15 +930,22 @@ def _run(config, labels, extra: dict, out: Path, state_dir: Path, data, resume: 
     tokenizer = make_tokenizer(vocabulary, config.max_length, config.tokenizer, config.truncation) if kind == "encoder" else None
     manifest = _manifest(config, labels, kind)
     classifier = Classifier(out, manifest, model, tokenizer)
-    with parallel():
-        result = _fit(classifier, config, (train, valid), state_dir, resume, progress, cluster)
-    batch_size = max(config.batch_size, 64)
-    wide = None
+    fit_config, wide_part = config, None
     if config.wide is True:  # fitted on the training split, weight chosen on valid (a run resumed from before
         # the wide part has "auto" left unresolved: it stays as it began, without)
+        from kformer.tasks.classify_wide import fit_timed
+
+        wide_part, wide_seconds = fit_timed(train, labels, class_weights=config.class_weights)
+        if config.max_minutes is not None:  # --max-minutes bounds the wide part and the network together
+            fit_config = dataclasses.replace(config, max_minutes=max(config.max_minutes - wide_seconds / 60.0, 0.1))
+    with parallel():
+        result = _fit(classifier, fit_config, (train, valid), state_dir, resume, progress, cluster)
+    batch_size = max(config.batch_size, 64)
+    wide = None
+    if config.wide is True:
         from kformer.tasks.classify_wide import add_wide
 
-        wide = add_wide(classifier, train, valid, test, batch_size=batch_size, class_weights=config.class_weights)
+        wide = add_wide(classifier, wide_part, wide_seconds, valid, test, batch_size=batch_size)
     valid_scores = classifier.scores(valid, batch_size)
     calibration = _calibrate(classifier, valid, out_of_scope, batch_size) if config.calibrate else None
     test_scores = classifier.scores(test, batch_size) if test is not None else None

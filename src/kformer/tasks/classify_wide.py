@@ -318,17 +318,23 @@ def _accuracy(probs: np.ndarray, labels: Sequence[str], index: dict[str, int]) -
     return float((probs.argmax(axis=1) == truth).mean()) if len(truth) else 0.0
 
 
-def add_wide(classifier, train, valid, test=None, *, batch_size: int = 64, class_weights: bool = False) -> dict[str, Any]:
-    """Fit the wide part on ``train`` (LabelledTexts), choose its weight on ``valid``, and attach
-    it to ``classifier`` (a :class:`~kformer.tasks.classify.Classifier`; a wide part it already
-    has is replaced). Returns metrics.json's ``"wide"``:
-    ``weight``, ``valid_accuracy`` and ``test_accuracy`` (``transformer``, ``wide``, ``mixed``),
-    ``features``, ``fit_seconds`` and the validation rows right at each grid weight."""
+def fit_timed(train, label_order: Sequence[str], *, class_weights: bool = False) -> tuple[WidePart | None, float]:
+    """:func:`fit` on ``train`` (LabelledTexts) -> ``(part or None, seconds it took)``. A run fits
+    it before the network, so ``max_minutes`` can count it (:func:`kformer.tasks.classify.train`)."""
     start = time.perf_counter()
-    part = fit(train.texts, train.labels, classifier.labels, class_weights=class_weights)
+    part = fit(train.texts, train.labels, label_order, class_weights=class_weights)
+    return part, time.perf_counter() - start
+
+
+def add_wide(classifier, part: WidePart | None, fit_seconds: float, valid, test=None, *,
+             batch_size: int = 64) -> dict[str, Any]:
+    """Attach the fitted wide ``part`` to ``classifier`` (a :class:`~kformer.tasks.classify.Classifier`;
+    a wide part it already has is replaced) with its weight chosen on ``valid``. Returns
+    metrics.json's ``"wide"``: ``weight``, ``valid_accuracy`` and ``test_accuracy``
+    (``transformer``, ``wide``, ``mixed``), ``features``, ``fit_seconds`` and the validation rows
+    right at each grid weight."""
     if part is None:
         return {"weight": None, "skipped": "the training texts hold no word or character n-gram"}
-    fit_seconds = time.perf_counter() - start
     index = {label: i for i, label in enumerate(classifier.labels)}
     deep_valid = _deep(classifier, valid.texts, batch_size)
     wide_valid = part.probabilities(valid.texts)
