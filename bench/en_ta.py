@@ -54,7 +54,7 @@ def main() -> None:
         f"documents, plus Tatoeba{joshua}), {len(test):,} test pairs from the held-out TICO-19 documents: "
         f"{', '.join(d.rstrip('/').rsplit('/', 1)[-1] for d in documents)}. sacrebleu corpus BLEU/chrF, one reference. "
         f"Aim in the issue: chrF >= 30, repetition < 2 %, beam 4 within 2x greedy time. Trained at most "
-        f"{args.minutes:g} min each on a shared 2-core CPU. " + BUDGET_NOTE
+        f"{args.minutes:g} min each on this 2-core CPU. " + BUDGET_NOTE
     )
     if args.no_record:
         print(results_table(rows, rows[0]["system"], RATIO_KEYS))
