@@ -475,9 +475,18 @@ def _seq2seq_plan(task_model) -> Plan:
         step = model.decode(target, encoded, padding_mask(source), training=False)[:, -1, :]
         return {"logits": tf.cast(step, tf.float32)}
 
+    # a translator caps each row at ceil(a * n) + b tokens for an n-subword source, as Translator.decode_limits
+    rule = task_model.decode_length if task_model.task == "translate" else None
+
     def greedy(source):
         length = model.max_target_length
-        return {"target_ids": _greedy_loop(model, source, tf.constant(length, tf.int32), length, True)}
+        if rule is None:
+            limits = tf.fill(tf.shape(source)[:1], length)
+        else:
+            subwords = tf.reduce_sum(tf.cast(tf.not_equal(source, 0), tf.float64), axis=1)  # float64: the same ceil as Python
+            limits = tf.minimum(tf.cast(tf.math.ceil(rule["per_source_token"] * subwords), tf.int32)
+                                + int(rule["extra"]), length)
+        return {"target_ids": _greedy_loop(model, source, tf.constant(length, tf.int32), limits, length, True)}
 
     endpoints = [
         Endpoint("serving_default", greedy, (source_ids,), (target_ids,)),
