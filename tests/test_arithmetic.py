@@ -52,6 +52,18 @@ def test_training_never_samples_held_out_problems():
     assert 0.08 < len(everything) / 20000 < 0.17 and set(held) <= set(everything)
 
 
+def test_train_digits_limits_training_operands_but_not_held_out_ones():
+    fmt = ArithmeticFormat(digits=4, source_style="columns", train_digits=2)
+    a, ops, b = fmt.sample_training(np.random.default_rng(0), 5000)
+    assert a.max() < 100 and b.max() < 100 and a.max() >= 90  # all of 0..99, written at width 4
+    assert fmt.source_tokens(int(a[0]), "+", int(b[0]))[-2:] == ["0|0", "0|0"]
+    assert not fmt.is_held_out(a, ops, b).any()
+    held = fmt.held_out_problems(500)
+    assert max(max(x, y) for x, _, y in held) >= 1000
+    with pytest.raises(KformerError, match="train_digits"):
+        ArithmeticFormat(digits=4, train_digits=5)
+
+
 def test_encode_teacher_forcing_arrays():
     fmt = ArithmeticFormat(digits=3)
     source, target_in, target_out = fmt.encode(np.array([12, 999]), np.array(["+", "-"]), np.array([345, 0]))

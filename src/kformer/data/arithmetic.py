@@ -50,10 +50,16 @@ class ArithmeticFormat:
     pad_operands: bool = True
     reverse_answer: bool = True
     source_style: str = "chars"
+    # Operands of *training* problems have at most this many digits (0: ``digits``), still written
+    # at the full width; held-out problems use all ``digits``: a measure of length generalisation.
+    train_digits: int = 0
 
     def __post_init__(self):
         if not 1 <= int(self.digits) <= 12:
             raise KformerError(f"--digits must be between 1 and 12, not {self.digits}")
+        if not 0 <= int(self.train_digits) <= int(self.digits):
+            raise KformerError(f"train_digits must be between 0 (= digits) and digits ({self.digits}), "
+                               f"not {self.train_digits}")
         if self.source_style not in SOURCE_STYLES:
             raise KformerError(f"source_style must be one of {', '.join(SOURCE_STYLES)}, not {self.source_style!r}")
         if self.source_style != "chars" and not self.pad_operands:
@@ -163,21 +169,22 @@ class ArithmeticFormat:
         h = _mix(h ^ codes)
         return (h % np.uint64(self.holdout_modulus)) == 0
 
-    def _draw(self, rng: np.random.Generator, n: int):
-        high = 10**self.digits
+    def _draw(self, rng: np.random.Generator, n: int, digits: int | None = None):
+        high = 10 ** (digits or self.digits)
         a = rng.integers(0, high, size=n, dtype=np.int64)
         b = rng.integers(0, high, size=n, dtype=np.int64)
         ops = np.array(list(self.ops))[rng.integers(0, len(self.ops), size=n)]
         return a, ops, b
 
     def sample_training(self, rng: np.random.Generator, n: int):
-        """``n`` random problems ``(a, ops, b)`` outside the held-out slice."""
-        a, ops, b = self._draw(rng, n)
+        """``n`` random problems ``(a, ops, b)`` outside the held-out slice (operands of at most
+        ``train_digits`` digits when that is set)."""
+        a, ops, b = self._draw(rng, n, self.train_digits)
         while True:
             bad = np.nonzero(self.is_held_out(a, ops, b))[0]
             if not len(bad):
                 return a, ops, b
-            a2, ops2, b2 = self._draw(rng, len(bad))
+            a2, ops2, b2 = self._draw(rng, len(bad), self.train_digits)
             a[bad], ops[bad], b[bad] = a2, ops2, b2
 
     def held_out_problems(self, n: int, seed: int = 2026) -> list[tuple[int, str, int]]:

@@ -61,6 +61,8 @@ class ArithmeticConfig:
     reverse_answer: bool = setting(True, "data", "write the answer ones-digit first, sign last")
     source_style: str = setting("columns", "data", "chars | interleaved | columns: how the problem is read")
     held_out_size: int = setting(10000, "data", "held-out problems scored after training")
+    train_digits: int = setting(0, "data", "training operands have at most this many digits (0 = `digits`); "
+                                "held-out ones use all `digits`: measures length generalisation")
     dim: int = setting(64, "model", "model width")
     heads: int = setting(4, "model", "attention heads")
     ff_dim: int = setting(256, "model", "feed-forward width")
@@ -102,7 +104,8 @@ class ArithmeticConfig:
         from kformer.data.arithmetic import ArithmeticFormat
 
         return ArithmeticFormat(digits=self.digits, ops=self.ops, pad_operands=self.pad_operands,
-                                reverse_answer=self.reverse_answer, source_style=self.source_style)
+                                reverse_answer=self.reverse_answer, source_style=self.source_style,
+                                train_digits=self.train_digits)
 
 
 # --- training ----------------------------------------------------------------------------------
