@@ -47,7 +47,8 @@ def main() -> None:
         test = random_holdout(test, min(max(args.limit // 10, 10), len(test)), seed=1)[1]
         extra = random_holdout(extra, min(args.limit, len(extra) - 1), seed=1)[1] if extra else []
     rows = compare(train, test, None if args.recipe == "auto" else args.recipe, args.minutes,
-                   parse_settings(args.extra), valid_size=150, curriculum_ab=args.curriculum_ab, extra_train=extra)
+                   parse_settings(args.extra), valid_size=150, curriculum_ab=args.curriculum_ab, extra_train=extra,
+                   keras_example=args.keras_example)
     joshua = f" plus {len(extra):,} Joshua IPC pairs" if extra else ""
     notes = (
         f"English->Tamil: {len(train) + len(extra):,} training pairs (TICO-19 minus {len(documents)} held-out "
