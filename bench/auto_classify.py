@@ -16,12 +16,11 @@ each file, taken from each label in turn (smoke runs); ``--no-record`` prints in
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import tempfile
 from pathlib import Path
 
-from bench.baselines import kformer_run, linear_baseline, load
+from bench.baselines import kformer_run, limited_copy, linear_baseline, load, wide_columns
 from bench.harness import record_or_print, require_shared_data
 
 # name -> (folder, train, valid or None, test, (baseline name, analyzer, n-grams, model))
@@ -38,39 +37,9 @@ SHOWN_AUTO = ("max_length", "truncation", "vocab_size", "dim", "blocks", "dropou
               "learning_rate", "epochs", "patience", "wide")
 
 
-def _limited(path: Path, limit: int | None, folder: Path) -> Path:
-    """``path`` itself, or a CSV in ``folder`` of ``limit`` of its rows taken from each label in
-    turn (files may be sorted by label; every label keeps rows for a stratified hold-out)."""
-    if limit is None:
-        return path
-    texts, labels = load(path)
-    by_label: dict[str, list[str]] = {}
-    for text, label in zip(texts, labels, strict=True):
-        by_label.setdefault(label, []).append(text)
-    rows = [(group[i], label) for i in range(max(map(len, by_label.values())))
-            for label, group in by_label.items() if i < len(group)][:limit]
-    out = folder / (path.name.split(".")[0] + ".csv")
-    with open(out, "w", encoding="utf-8", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["text", "label"])
-        writer.writerows(rows)
-    return out
-
-
 def _auto_summary(out_dir: Path) -> str:
     chosen = json.loads((out_dir / "metrics.json").read_text(encoding="utf-8"))["auto"]
     return " ".join(f"{name}={chosen[name]['value']}" for name in SHOWN_AUTO if name in chosen)
-
-
-def _parts(out_dir: Path) -> dict:
-    """The kformer row's columns for each part alone: test accuracy of the Transformer and of the
-    wide n-gram part (the row's own accuracy is their mix), the mix weight, the wide fitting time."""
-    wide = json.loads((out_dir / "metrics.json").read_text(encoding="utf-8")).get("wide") or {}
-    tested = wide.get("test_accuracy") or {}
-    if not tested:
-        return {"wide weight": "off" if not wide else f"skipped: {wide.get('skipped')}"}
-    return {"transformer alone": tested["transformer"], "wide alone": tested["wide"], "wide weight": wide["weight"],
-            "wide_fit_s": wide["fit_seconds"]}
 
 
 def run_dataset(name: str, minutes: float, limit: int | None, scratch: Path) -> list[dict]:
@@ -79,14 +48,14 @@ def run_dataset(name: str, minutes: float, limit: int | None, scratch: Path) -> 
     folder = require_shared_data(folder_name)
     work = scratch / name
     work.mkdir()
-    train_path = _limited(folder / train_file, limit, work)
-    valid_path = None if valid_file is None else _limited(folder / valid_file, limit, work)
-    test_path = _limited(folder / test_file, limit, work)
+    train_path = limited_copy(folder / train_file, limit, work)
+    valid_path = None if valid_file is None else limited_copy(folder / valid_file, limit, work)
+    test_path = limited_copy(folder / test_file, limit, work)
     baseline = linear_baseline(base_name, load(train_path), load(test_path), analyzer, ngrams, model)
     out_dir = work / "auto"
     kformer = kformer_run("kformer auto (no recipe)", train_path, test_path, settings={"max_minutes": minutes},
                           out_dir=out_dir, valid_path=valid_path, throughput_texts=2000)
-    kformer.update(_parts(out_dir))
+    kformer.update(wide_columns(out_dir))
     kformer["auto settings"] = _auto_summary(out_dir)
     rows = []
     for row in (baseline, kformer):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from bench.harness import Timer, record_results
+from bench.harness import Timer, record_results, results_table
 
 RATIO_KEYS = ("accuracy", "macro_f1", "train_s", "texts_per_s")
 
@@ -109,6 +109,47 @@ def parse_settings(items: list[str]) -> dict:
     return settings
 
 
-def report(title: str, rows: list[dict], notes: str) -> None:
-    """Record ``rows`` (the first is the linear baseline) with ratios against that baseline."""
+def report(title: str, rows: list[dict], notes: str, record: bool = True) -> None:
+    """Record ``rows`` (the first is the linear baseline) with ratios against that baseline
+    (``record=False``: print them only, for smoke runs)."""
+    if not record:
+        print(results_table(rows, rows[0]["system"], RATIO_KEYS) + "\n\n" + notes)
+        return
     record_results(f"{title} (issue 3)", rows, notes=notes, baseline=rows[0]["system"], ratio_keys=RATIO_KEYS)
+
+
+def wide_columns(out_dir: Path) -> dict:
+    """A kformer row's columns for each part of a run with a wide n-gram part (metrics.json
+    ``"wide"``): test accuracy of the Transformer alone and of the wide part alone (the row's own
+    accuracy is their mix), the mix weight, the wide part's ``C`` (and naive-Bayes scaling) and its
+    fitting seconds. ``{"wide weight": "off"}`` for a run without one."""
+    import json
+
+    wide = json.loads((Path(out_dir) / "metrics.json").read_text(encoding="utf-8")).get("wide") or {}
+    tested = wide.get("test_accuracy") or {}
+    if not tested:
+        return {"wide weight": "off" if not wide else f"skipped: {wide.get('skipped')}"}
+    return {"transformer alone": tested["transformer"], "wide alone": tested["wide"], "wide weight": wide["weight"],
+            "wide C": f"{wide.get('C', '')}{' NB' if wide.get('naive_bayes') else ''}",
+            "wide_fit_s": wide["fit_seconds"]}
+
+
+def limited_copy(path: Path, limit: int | None, folder: Path) -> Path:
+    """``path`` itself, or a CSV in ``folder`` of ``limit`` of its rows taken from each label in
+    turn (files may be sorted by label; every label keeps rows for a stratified hold-out): smoke runs."""
+    import csv
+
+    if limit is None:
+        return path
+    texts, labels = load(path)
+    by_label: dict[str, list[str]] = {}
+    for text, label in zip(texts, labels, strict=True):
+        by_label.setdefault(label, []).append(text)
+    rows = [(group[i], label) for i in range(max(map(len, by_label.values())))
+            for label, group in by_label.items() if i < len(group)][:limit]
+    out = folder / (path.name.split(".")[0] + ".csv")
+    with open(out, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["text", "label"])
+        writer.writerows(rows)
+    return out

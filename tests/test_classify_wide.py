@@ -18,6 +18,7 @@ from kformer.tasks import classify, classify_wide
 from kformer.tasks.classify import ClassifyConfig
 from kformer.tasks.classify_auto import DataStats, choose
 from kformer.tasks.classify_wide import (
+    C_GRID,
     WEIGHT_GRID,
     WIDE_FILE,
     WIDE_VOCAB_FILE,
@@ -26,6 +27,7 @@ from kformer.tasks.classify_wide import (
     feature_plan,
     fit,
     mix,
+    nb_ratios,
 )
 
 TOPICS = {"billing": ["refund", "invoice", "charged"], "login": ["password", "locked", "signin"],
@@ -75,6 +77,60 @@ def test_wide_part_round_trips_without_pickle(tmp_path):
         WidePart.load(tmp_path, order)
 
 
+def review_texts(n: int, seed: int) -> tuple[list[str], list[str]]:
+    """Two-class "reviews": 30 filler words and two cue words, one of them for the other class
+    a third of the time (so the classes overlap and the fit has something to weigh)."""
+    rng = random.Random(seed)
+    cues = {"pos": ["great", "superb", "moving"], "neg": ["awful", "boring", "dull"]}
+    texts, labels = [], []
+    for _ in range(n):
+        label = rng.choice(["neg", "pos"])
+        other = "neg" if label == "pos" else "pos"
+        words = [rng.choice(cues[label]), rng.choice(cues[other] if rng.random() < 0.33 else cues[label])]
+        texts.append(" ".join(rng.sample(FILLER, 30) + words))
+        labels.append(label)
+    return texts, labels
+
+
+def test_two_classes_get_naive_bayes_scaling_folded_into_the_saved_weights(tmp_path):
+    texts, labels = review_texts(400, seed=4)
+    part = fit(texts, labels, ["pos", "neg"])
+    assert part.about["naive_bayes"] is True and part.about["C"] == classify_wide.C  # no validation split
+    x = part.transform(texts)
+    ratios = nb_ratios(x, labels)  # classes sorted: "pos" is the second, so its cue words score > 0
+    terms = part.blocks[0].terms
+    assert ratios[terms.index("superb")] > 1.0 and ratios[terms.index("boring")] < -1.0
+    assert abs(ratios[terms.index(FILLER[0])]) < 0.3  # filler says nothing about the class
+    # the NB-scaled logistic regression, refitted by hand, is what the part predicts from plain TF-IDF
+    from sklearn.linear_model import LogisticRegression
+
+    by_hand = LogisticRegression(C=classify_wide.C, max_iter=1000, solver="liblinear").fit(x.multiply(ratios).tocsr(), labels)
+    probe, truth = review_texts(100, seed=5)
+    expected = by_hand.predict_proba(part.transform(probe).multiply(ratios).tocsr())[:, list(by_hand.classes_).index("pos")]
+    np.testing.assert_allclose(part.probabilities(probe)[:, 0], expected, atol=2e-3)  # float16 weights
+    assert np.mean([("pos", "neg")[i] == t for i, t in zip(part.probabilities(probe).argmax(axis=1), truth,
+                                                              strict=True)]) > 0.75
+    part.save(tmp_path)
+    np.testing.assert_allclose(WidePart.load(tmp_path, ["pos", "neg"]).probabilities(probe), part.probabilities(probe),
+                               atol=1e-6)
+    many = fit(*topic_texts(300, seed=1), ["billing", "login", "travel"])
+    assert many.about["naive_bayes"] is False  # more than two classes: plain TF-IDF
+
+
+def test_two_classes_choose_c_on_validation_by_log_loss():
+    texts, labels = review_texts(400, seed=6)
+    valid = review_texts(150, seed=7)
+    part = fit(texts, labels, ["neg", "pos"], valid=valid)
+    scores = part.about["valid_by_c"]
+    assert set(scores) == {f"{c:g}" for c in C_GRID}
+    assert part.about["C"] == min(C_GRID, key=lambda c: scores[f"{c:g}"]["log_loss"])
+    # the part kept is the one scored: its own validation log-loss is the chosen C's
+    probs = part.probabilities(valid[0])
+    truth = np.array([["neg", "pos"].index(label) for label in valid[1]])
+    loss = -np.mean(np.log(probs[np.arange(len(truth)), truth]))
+    assert loss == pytest.approx(scores[f"{part.about['C']:g}"]["log_loss"], abs=5e-3)  # float16 weights
+
+
 def test_long_texts_get_word_ngrams_only_and_many_classes_fewer_columns():
     long_texts, _ = topic_texts(50, seed=3, words=40)
     short_texts, _ = topic_texts(50, seed=3, words=5)
@@ -84,27 +140,32 @@ def test_long_texts_get_word_ngrams_only_and_many_classes_fewer_columns():
     assert wide[0][2] == 400_000 and narrow[0][2] == narrow[1][2] == 10_000  # 12M weights / 600 classes / 2 blocks
 
 
-def test_weight_is_the_grid_argmax_ties_nearest_half():
+def test_mix_rules_and_the_weight_of_lowest_validation_log_loss():
     truth = np.array([0] * 40 + [1] * 40)
-    right = np.eye(2, dtype="float32")[truth]
-    # the wide part is right everywhere (0.65), the network confidently wrong (0.9) on a quarter of
-    # the rows: the mix is right on those once w > 0.73, so w = 0.75 .. 1 tie and 0.75 is nearest 0.5
-    deep = 0.1 + 0.8 * right
+    right = np.eye(2)[truth]
+    deep, wide = 0.1 + 0.8 * right, 0.35 + 0.3 * right
+    product = np.sqrt(deep * wide)  # geometric at w = 0.5: the normalised product of the parts
+    np.testing.assert_allclose(mix(deep, wide, 0.5), product / product.sum(axis=1, keepdims=True), atol=1e-6)
+    np.testing.assert_allclose(mix(deep, wide, 0.5, "linear"), 0.5 * deep + 0.5 * wide, atol=1e-6)
+    np.testing.assert_allclose(mix(deep, wide, 0.0), deep, atol=1e-6)
+    with pytest.raises(ValueError, match="unknown mix rule"):
+        mix(deep, wide, 0.5, "max")
+    # the wide part right everywhere (0.65), the network confidently wrong (0.9) on a quarter of
+    # the rows: the weight goes to the wide part and the mix is right everywhere
     deep[:20] = 1.0 - deep[:20]
-    wide = 0.35 + 0.3 * right
-    weight, grid = choose_weight(deep, wide, truth)
-    assert weight == 0.75 and grid["0.75"] == grid["1.00"] == 80 and grid["0.70"] == 60 and grid["0.00"] == 60
-    # a wide part confidently wrong everywhere: only w <= 0.3 keeps the network's answers
-    weight, grid = choose_weight(0.3 + 0.4 * right, 0.95 - 0.9 * right, truth)
-    assert weight == 0.3 and grid["0.30"] == 80 and grid["0.35"] == 0
+    weight, table = choose_weight(deep, wide, truth)
+    assert weight >= 0.5 and table[f"{weight:.2f}"]["correct"] == 80 and table["0.00"]["correct"] == 60
+    # a wide part confidently wrong everywhere: any weight on it only adds loss
+    weight, table = choose_weight(0.3 + 0.4 * right, 0.95 - 0.9 * right, truth)
+    assert weight == 0.0 and table["0.00"]["log_loss"] == pytest.approx(-np.log(0.7), abs=1e-5)
     # the rule against brute force on random probabilities
     rng = np.random.default_rng(0)
     deep, wide = rng.dirichlet(np.ones(4), 200), rng.dirichlet(np.ones(4), 200)
     labels = rng.integers(0, 4, 200)
-    weight, grid = choose_weight(deep, wide, labels)
-    correct = [int((mix(deep, wide, w).argmax(axis=1) == labels).sum()) for w in WEIGHT_GRID]
-    best = [w for w, n in zip(WEIGHT_GRID, correct, strict=True) if n == max(correct)]
-    assert weight == min(best, key=lambda w: (abs(w - 0.5), w)) and max(grid.values()) == max(correct)
+    weight, table = choose_weight(deep, wide, labels)
+    losses = [-np.mean(np.log(mix(deep, wide, w)[np.arange(200), labels])) for w in WEIGHT_GRID]
+    assert weight == WEIGHT_GRID[int(np.argmin(losses))]
+    assert [table[f"{w:.2f}"]["log_loss"] for w in WEIGHT_GRID] == pytest.approx(losses, abs=1e-5)
 
 
 def _stats(**kw) -> DataStats:
@@ -163,16 +224,19 @@ def test_folder_predicts_the_mix_of_its_two_parts(wide_folder):
     wide = WidePart.load(folder, model.labels).probabilities(texts)
     model.wide = None  # the network alone
     deep = model.probabilities(texts)
-    np.testing.assert_allclose(mixed, (1 - weight) * deep + weight * wide, atol=1e-5)
+    assert manifest["wide"]["rule"] == "geometric"
+    np.testing.assert_allclose(mixed, mix(deep, wide, weight), atol=1e-5)
 
-    # the weight is the grid argmax on the validation split, and each part's accuracy is recorded
+    # the weight is the grid's lowest validation log-loss, and each part's accuracy is recorded
     rows = classify.as_labelled(str(valid))
     index = {label: i for i, label in enumerate(model.labels)}
     truth = np.array([index[label] for label in rows.labels])
-    chosen, _ = choose_weight(model.probabilities(rows.texts), WidePart.load(folder).probabilities(rows.texts), truth)
-    assert chosen == weight
+    chosen, table = choose_weight(model.probabilities(rows.texts), WidePart.load(folder).probabilities(rows.texts), truth)
+    assert chosen == weight and table == metrics["wide"]["valid_by_weight"]
+    assert table[f"{weight:.2f}"]["log_loss"] <= min(table["0.00"]["log_loss"], table["1.00"]["log_loss"])
     parts = metrics["wide"]["valid_accuracy"]
-    assert parts["mixed"] >= max(parts["transformer"], parts["wide"])  # w = 0 and w = 1 are on the grid
+    assert metrics["wide"]["C"] == classify_wide.C and metrics["wide"]["valid_by_c"] is None  # several queues: one C
+    assert metrics["wide"]["naive_bayes"] is False
     assert parts["mixed"] == pytest.approx(metrics["valid"]["accuracy"], abs=1e-9)
     from kformer.cli.classify import _summary_line  # what `kformer train classify` prints
 
@@ -183,6 +247,21 @@ def test_folder_predicts_the_mix_of_its_two_parts(wide_folder):
     assert tested["transformer"] == pytest.approx(float(np.mean(
         [model.labels[i] == t for i, t in zip(deep.argmax(axis=1), classify.as_labelled(str(test)).labels,
                                               strict=True)])), abs=1e-9)
+
+
+def test_a_folder_from_before_the_geometric_mix_still_mixes_linearly(wide_folder):
+    folder, _, test = wide_folder
+    manifest = json.loads((folder / "kformer.json").read_text(encoding="utf-8"))
+    labels = manifest["labels"]
+    entry = {key: value for key, value in manifest["wide"].items() if key != "rule"}  # as written before
+    old = classify_wide.load_mix(folder, entry, labels)
+    assert old.rule == "linear" and old.weight == manifest["wide"]["weight"]
+    texts = classify.as_labelled(str(test)).texts[:8]
+    deep = np.full((8, len(labels)), 1.0 / len(labels), dtype="float32")
+    np.testing.assert_allclose(old(deep, texts), mix(deep, old.part.probabilities(texts), old.weight, "linear"),
+                               atol=1e-6)
+    with pytest.raises(CorruptModel, match="bad \"wide\" entry"):
+        classify_wide.load_mix(folder, {**entry, "rule": "max"}, labels)
 
 
 def test_export_refuses_a_folder_with_a_wide_part(wide_folder, tmp_path, capsys):

@@ -25,7 +25,8 @@ learning_rate      2e-3 (1e-3 below 2,000 rows)
 label_smoothing    0.1 from 10 classes, else 0
 dropout            0.2 below 500 training rows per class, else 0.1
 epochs             about 5,000 optimizer steps (within 3..40 epochs); with ``max_minutes``, no
-                   more than the estimated epoch time fits into 90 % of the budget
+                   more than the estimated epochs in 90 % of the budget, rounded to the nearest
+                   whole epoch (rounding down left IMDB a third of its 10 minutes unused)
 patience           a quarter of the epochs, at least 3 (early stopping watches validation macro-F1)
 wide               on: a TF-IDF n-gram + logistic regression part beside the network, mixed by
                    a weight chosen on validation (:mod:`kformer.tasks.classify_wide`)
@@ -286,7 +287,7 @@ def _epochs(stats: DataStats, config: ClassifyConfig, scale: float, macs_per_sec
     if config.max_minutes is not None:
         seconds = epoch_seconds(stats, config, scale, macs_per_second)
         plan = max(config.max_minutes * 60.0 * BUDGET_SHARE - BUDGET_SETUP_S, 0.0)
-        fit = max(1, math.floor(plan / seconds))
+        fit = max(1, round(plan / seconds))  # the nearest whole number: an epoch begun is mostly run
         if fit < epochs:
             epochs = fit
             why += (f"; cut to {fit} to fit max_minutes {config.max_minutes:g} (about {seconds:.0f} s per epoch "
