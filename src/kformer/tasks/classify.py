@@ -935,7 +935,7 @@ def _run(config, labels, extra: dict, out: Path, state_dir: Path, data, resume: 
         # the wide part has "auto" left unresolved: it stays as it began, without)
         from kformer.tasks.classify_wide import fit_timed
 
-        wide_part, wide_seconds = fit_timed(train, labels, class_weights=config.class_weights)
+        wide_part, wide_seconds = fit_timed(train, labels, class_weights=config.class_weights, valid=valid)
         if config.max_minutes is not None:  # --max-minutes bounds the wide part and the network together
             fit_config = dataclasses.replace(config, max_minutes=max(config.max_minutes - wide_seconds / 60.0, 0.1))
     with parallel():
