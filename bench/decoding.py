@@ -14,7 +14,17 @@ By default the model is a translation-sized Seq2SeqTransformer (dim 256, 8 heads
 copy task; decoding time does not depend on what the weights learned. ``--model DIR`` times a
 trained kformer translate/arithmetic folder instead (its max target length must be >= 33).
 
+``--translator DIR`` (a trained kformer translate folder) times what a user runs instead:
+``Translator.translate`` on ``--sentences`` held-out English->Spanish Anki sentences (the
+held-out split of ``bench.en_es``), greedy vs beam 4 (the compiled beam loop) vs beam 4 by the
+step-by-step reference search (the implementation before the compiled loop), reporting each
+one's seconds and its time over greedy's: ``cold`` (first call after dropping the compiled
+functions, compile included -- as ``bench.en_es`` times its decodes) and ``warm`` (median of
+``--repeats`` interleaved calls). It also counts the sentences on which the compiled and the
+reference beam agree. The issue's target: beam 4 <= 2x greedy time.
+
     python -m bench.decoding [--model DIR] [--repeats 3]
+    python -m bench.decoding --translator DIR [--sentences 200] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -56,12 +66,84 @@ def load_model(model_dir):
     return load_keras_model(f"{model_dir}/{manifest.get('model_file', 'model.keras')}")
 
 
+def held_out_sentences(count: int) -> list[str]:
+    """The first ``count`` English sentences of ``bench.en_es``'s held-out pairs (2,000, seed 0)."""
+    from bench.harness import require_shared_data
+    from kformer.data.pairs import random_holdout, read_pairs
+
+    pairs = read_pairs(require_shared_data("en-es-anki", "spa.txt.gz"))
+    return [pair.source for pair in random_holdout(pairs, 2000, seed=0)[1][:count]]
+
+
+def beam_over_greedy(folder: str, sentences: list[str], repeats: int, beam: int = 4) -> tuple[list[dict], str]:
+    """Rows timing ``Translator.translate`` greedy, compiled beam and reference beam (see the
+    module docstring), and a note on their agreement."""
+    from unittest import mock
+
+    from kformer.models import generation
+    from kformer.tasks import translate
+
+    translator = translate.load(folder)
+    systems = {
+        "greedy": (1, generation.beam_search),
+        f"beam {beam} (compiled loop)": (beam, generation.beam_search),
+        f"beam {beam} (reference: step by step)": (beam, generation._reference_beam_search),
+    }
+
+    def run(name):
+        width, search = systems[name]
+        with mock.patch.object(generation, "beam_search", search):  # translate imports it per call
+            return translator.translate(sentences, beam=width)
+
+    cold, outputs = {}, {}
+    for name in systems:
+        generation._COMPILED.pop(translator.model, None)  # compile included, as bench.en_es times decodes
+        with Timer() as timer:
+            outputs[name] = run(name)
+        cold[name] = timer.seconds
+    for name in systems:  # dropping the compiled functions above dropped the others' too: compile again
+        run(name)
+
+    def timed(name):
+        def measure():
+            with Timer() as timer:
+                run(name)
+            return timer.seconds
+
+        return measure
+
+    warm = interleaved_medians({name: timed(name) for name in systems}, repeats=repeats)
+    rows = []
+    for name in systems:
+        seconds = float(np.median(warm[name]))
+        rows.append({"system": name, "sentences": len(sentences), "cold_s": cold[name],
+                     "cold_over_greedy": f"{cold[name] / cold['greedy']:.2f}×", "warm_s": seconds,
+                     "warm_over_greedy": f"{seconds / float(np.median(warm['greedy'])):.2f}×"})
+    compiled, reference = (outputs[name] for name in list(systems)[1:])
+    same = sum(a == b for a, b in zip(compiled, reference, strict=True))
+    return rows, f"compiled and reference beam {beam} agree on {same}/{len(sentences)} sentences"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", metavar="DIR", help="a trained kformer seq2seq model folder (default: build one)")
+    parser.add_argument("--translator", metavar="DIR",
+                        help="a trained kformer translate folder: time greedy vs beam 4 on held-out sentences instead")
+    parser.add_argument("--sentences", type=int, default=200, help="held-out sentences for --translator (default 200)")
     parser.add_argument("--repeats", type=int, default=2, help="timed repeats per setting (median reported)")
     parser.add_argument("--dry-run", action="store_true", help="print the table without adding it to BENCHMARKS.md")
     args = parser.parse_args()
+    if args.translator:
+        rows, note = beam_over_greedy(args.translator, held_out_sentences(args.sentences), args.repeats)
+        if args.dry_run:
+            from bench.harness import results_table
+
+            print(results_table(rows))
+            print(note)
+            return
+        record_results("Translation decoding time: beam 4 vs greedy", rows,
+                       notes=f"Target: beam 4 <= 2x greedy time. Model: {args.translator}. {note}.")
+        return
     model = load_model(args.model) if args.model else reference_sized_model()
     if model.max_target_length < TOKENS:
         raise SystemExit(f"the model decodes at most {model.max_target_length} tokens; need {TOKENS}")

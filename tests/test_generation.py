@@ -69,11 +69,69 @@ def test_greedy_without_stopping_runs_max_length(model):
 
 
 @pytest.mark.parametrize("width", [2, 4])
-def test_cached_beam_equals_full_recomputation(model, width):
-    cached = beam_search(model, SOURCE, 9, beam_width=width)
+def test_compiled_beam_equals_the_reference_search(model, width):
+    """The compiled beam loop (the default) = the step-by-step reference, cached and full recomputation."""
+    compiled = beam_search(model, SOURCE, 9, beam_width=width)
     full = beam_search(model, SOURCE, 9, beam_width=width, use_cache=False)
-    np.testing.assert_array_equal(cached, full)
-    _check_contract(cached, 9)
+    np.testing.assert_array_equal(compiled, full)
+    np.testing.assert_array_equal(compiled, generation._reference_beam_search(model, SOURCE, 9, width))
+    _check_contract(compiled, 9)
+    assert compiled.shape[1] >= 3  # several steps, so parents were reordered
+    called = generation._compiled(model)["beam_shapes"]
+    assert (4, 8, 9, width) in called and {(b, w) for b, w, *_ in called} <= set(generation.decode_shapes(model))
+
+
+def test_compiled_beam_equals_the_reference_on_random_models(eager):
+    """Random models, sources, row limits, length penalties, widths and ``stop_at_end``: the
+    compiled loop's answers are the reference search's (run eagerly: the same ops, no tracing)."""
+    rng = np.random.default_rng(11)
+    searches = {0: [(3, 0.6, True), (2, 1.5, True)], 1: [(5, 0.0, False), (4, 0.6, True)]}
+    for seed, settings in searches.items():
+        model = _sharpen(_model(vocab=16, seed=seed), scale=rng.uniform(1.0, 4.0))
+        sources = rng.integers(4, 10, size=(5, 6)).astype("int32")
+        sources[rng.random(sources.shape) < 0.3] = PAD_ID
+        sources[:, 0] = rng.integers(4, 10, size=5)
+        limits = rng.integers(1, 10, size=5)
+        for width, penalty, stop in settings:
+            kwargs = dict(beam_width=width, length_penalty=penalty, stop_at_end=stop, row_limits=limits)
+            compiled = beam_search(model, sources, 9, **kwargs)
+            np.testing.assert_array_equal(compiled, generation._reference_beam_search(model, sources, 9, **kwargs))
+            _check_contract(compiled, 9)
+            assert ((compiled != PAD_ID).sum(axis=1) <= limits).all()
+
+
+def test_the_beam_loop_stops_once_no_answer_can_change(eager, monkeypatch):
+    """The compiled loop ends when every example's answer is decided, before all candidates end,
+    and still answers as the reference search, which runs until every candidate has ended."""
+    model = _sharpen(_model(vocab=16, seed=3))
+    reference_steps, loop_steps = [], []
+    real_next = generation._CachedStepper.next_logits
+    monkeypatch.setattr(generation._CachedStepper, "next_logits",
+                        lambda stepper, tokens: (reference_steps.append(1), real_next(stepper, tokens))[1])
+    reference = generation._reference_beam_search(model, SOURCE, 9, 3)
+    real_step = model.decode_step
+    monkeypatch.setattr(model, "decode_step", lambda *args: (loop_steps.append(1), real_step(*args))[1])
+    np.testing.assert_array_equal(beam_search(model, SOURCE, 9, beam_width=3), reference)
+    assert len(reference_steps) == 9 and 1 <= len(loop_steps) < 9
+
+
+@pytest.mark.parametrize(("unfinished", "length_penalty", "decided"), [
+    (-2.0, 0.0, True),    # the finished -1.0 beats every continuation of -2.0
+    (-0.5, 0.0, False),   # a continuation may still outrank it
+    (-2.0, 1.0, False),   # -1.0 / (7/6) = -0.857 vs -2.0 / (14/6) = -0.857 at length 9: a tie is not decided
+    (-2.1, 1.0, True),    # -2.1 / (14/6) = -0.9
+])
+def test_an_example_is_decided_only_when_no_continuation_can_win(eager, unfinished, length_penalty, decided):
+    from keras import ops
+
+    scores = np.array([[-1.0, unfinished]], "float32")
+    finished, lengths = np.array([[True, False]]), np.array([[2, 2]], "int32")
+
+    def penalty(length):
+        return ops.power((5.0 + ops.cast(length, "float32")) / 6.0, length_penalty)
+
+    result = generation._decided(scores, finished, lengths, penalty, np.int32(2), np.array([9], "int32"), -np.inf)
+    assert np.asarray(result).tolist() == [decided]
 
 
 def test_beam_width_one_is_greedy(model):

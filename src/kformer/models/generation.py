@@ -37,6 +37,9 @@ _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # Graph-compile the per-step functions (TensorFlow backend). False runs them eagerly: slower per
 # step but no tracing, which is quicker for a handful of steps (tests, debugging).
 COMPILE = True
+# Beam scores inside the compiled loop (the reference search keeps float64 in numpy).
+_SCORE_DTYPE = "float32"
+_XLA = ("step", "greedy_loop", "beam_loop")
 
 
 def greedy_decode(model, source_ids, max_length, use_cache=True, stop_at_end=True, row_limits=None):
@@ -98,20 +101,56 @@ def beam_search(model, source_ids, max_length, beam_width=4, length_penalty=0.6,
     example's ``row_limits`` entry (``(batch,)``, default ``max_length``) is finished there.
     ``stop_at_end=False`` runs all ``max_length`` steps even when every candidate has ended (for timing).
 
+    With ``use_cache`` (the default) each chunk of sources is decoded by one compiled loop
+    (:func:`_beam_loop`: scores, top-k, cache reordering and the final length-penalised choice
+    all inside it); ``use_cache=False`` runs the step-by-step reference search
+    (:func:`_reference_beam_search`) with full recomputation.
+
     Returns:
         int32 ``(batch, <= max_length)``, same contract as :func:`greedy_decode`.
     """
-    if int(beam_width) < 1:
-        raise BadInput(f"beam width ({{field}}) must be at least 1, not {beam_width}", field="beam")
+    width = _check_width(beam_width)
+    if not use_cache:
+        return _reference_beam_search(model, source_ids, max_length, width, length_penalty, False, stop_at_end,
+                                      row_limits)
+    source = _as_ids(source_ids)
+    max_length = _check_length(model, max_length)
+    limits = _row_limits(row_limits, source.shape[0], max_length)
+    compiled = _compiled(model)
+    buffer = _buffer_length(model, max_length)
+    parts = []
+    for padded, rows, start in _decode_chunks(model, source):
+        compiled["beam_shapes"].add((*padded.shape, buffer, width))
+        chunk_limits = _pad_limits(limits[start : start + rows], padded.shape[0])
+        out = compiled["beam_loop"](ops.convert_to_tensor(padded), ops.convert_to_tensor(max_length, "int32"),
+                                    ops.convert_to_tensor(chunk_limits),
+                                    ops.convert_to_tensor(float(length_penalty), _SCORE_DTYPE),
+                                    buffer, width, bool(stop_at_end))
+        parts.append(np.asarray(out)[:rows, :max_length])
+    return _trim(np.concatenate(parts))
+
+
+def _reference_beam_search(model, source_ids, max_length, beam_width=4, length_penalty=0.6, use_cache=True,
+                           stop_at_end=True, row_limits=None):
+    """:func:`beam_search` step by step in Python/numpy (float64 scores, one model call per step,
+    through the caches or, ``use_cache=False``, by full recomputation): the reference the
+    compiled loop is tested against. Same arguments and result as :func:`beam_search`."""
+    width = _check_width(beam_width)
     source = _as_ids(source_ids)
     max_length = _check_length(model, max_length)
     limits = _row_limits(row_limits, source.shape[0], max_length)
     parts = [
-        _beam_chunk(model, padded, max_length, int(beam_width), length_penalty, use_cache, stop_at_end,
+        _beam_chunk(model, padded, max_length, width, length_penalty, use_cache, stop_at_end,
                     _pad_limits(limits[start : start + rows], padded.shape[0]))[:rows]
         for padded, rows, start in _decode_chunks(model, source)
     ]
     return _trim(np.concatenate([np.pad(p, [(0, 0), (0, max_length - p.shape[1])]) for p in parts]))
+
+
+def _check_width(beam_width) -> int:
+    if int(beam_width) < 1:
+        raise BadInput(f"beam width ({{field}}) must be at least 1, not {beam_width}", field="beam")
+    return int(beam_width)
 
 
 def _beam_chunk(model, source, max_length, width, length_penalty, use_cache, stop_at_end, limits):
@@ -252,6 +291,105 @@ def _greedy_loop(model, source, max_length, limits, buffer: int, stop_at_end: bo
     return ops.while_loop(cond, body, start)[2]
 
 
+def _beam_loop(model, source, max_length, limits, length_penalty, buffer: int, width: int, stop_at_end: bool):
+    """Cached beam search over one chunk as one loop of ``keras.ops`` (compiled whole by :func:`_compiled`).
+
+    The same search as :func:`_beam_chunk` with everything on the device: the encoder and the
+    cross-attention keys/values run once per example (then repeated for its ``width``
+    candidates); each iteration decodes one token for all ``batch * width`` candidates, takes the
+    top ``width`` of ``(batch, width * vocab)`` scores, reorders the self-attention caches and
+    the sequences by a gather of the chosen parents, and finishes candidates at END or their
+    example's limit. ``buffer`` and ``width`` (Python ints) are part of the compiled shape;
+    ``max_length`` (scalar int32), ``limits`` (``(batch,)`` int32) and ``length_penalty``
+    (scalar) are tensors. Scores are kept in ``_SCORE_DTYPE``. Returns ``(batch, buffer)`` int32:
+    each example's best candidate by ``score / ((5 + length) / 6) ** length_penalty``.
+    """
+    encoder_outputs, source_mask = model.encode(source, training=False)
+    cross_caches = [ops.repeat(cache, width, axis=0) for cache in model.cross_attention_caches(encoder_outputs)]
+    source_mask = ops.repeat(source_mask, width, axis=0)
+    batch = ops.shape(source)[0]
+    vocab = model.target_vocab_size
+    self_caches = model.empty_self_attention_caches(batch * width, buffer)
+    ids = np.arange(vocab)
+    forbidden = ops.convert_to_tensor(np.isin(ids, _FORBIDDEN))
+    # What a finished candidate may add: PAD at no cost, nothing else.
+    pad_only = ops.convert_to_tensor(np.where(ids == PAD_ID, 0.0, -np.inf), _SCORE_DTYPE)
+    minus_inf = ops.convert_to_tensor(-np.inf, _SCORE_DTYPE)
+    first_row = ops.arange(0, batch * width, width, dtype="int32")[:, None]  # (batch, 1): each example's row 0
+
+    penalty_power = ops.cast(length_penalty, _SCORE_DTYPE)
+
+    def penalty(length):
+        return ops.power((5.0 + ops.cast(ops.maximum(length, 1), _SCORE_DTYPE)) / 6.0, penalty_power)
+
+    def cond(index, tokens, sequences, scores, finished, decided, lengths, caches):
+        running = ops.less(index, max_length)
+        if stop_at_end:
+            done = ops.logical_or(ops.all(finished, axis=-1), decided)
+            running = ops.logical_and(running, ops.logical_not(ops.all(done)))
+        return running
+
+    def body(index, tokens, sequences, scores, finished, decided, lengths, caches):
+        logits, caches = model.decode_step(tokens, index, list(caches), cross_caches, source_mask)
+        logits = ops.cast(logits, _SCORE_DTYPE)
+        log_probs = logits - ops.logsumexp(logits, axis=-1, keepdims=True)
+        log_probs = ops.where(forbidden[None, :], minus_inf, log_probs)
+        log_probs = ops.reshape(log_probs, (-1, width, vocab))
+        log_probs = ops.where(finished[..., None], pad_only[None, None, :], log_probs)
+        candidates = ops.reshape(scores[..., None] + log_probs, (-1, width * vocab))
+        scores, best = ops.top_k(candidates, width)
+        best = ops.cast(best, "int32")
+        parents, next_ids = best // vocab, best % vocab
+        sequences = ops.take_along_axis(sequences, parents[..., None], axis=1)
+        sequences = ops.slice_update(sequences, (0, 0, index), next_ids[..., None])
+        was_finished = ops.take_along_axis(finished, parents, axis=1)
+        lengths = ops.take_along_axis(lengths, parents, axis=1) + ops.cast(ops.logical_not(was_finished), "int32")
+        finished = ops.logical_or(was_finished, ops.equal(next_ids, END_ID))
+        finished = ops.logical_or(finished, ops.greater_equal(index + 1, limits)[:, None])
+        rows = ops.reshape(first_row + parents, (-1,))
+        caches = tuple(ops.take(cache, rows, axis=0) for cache in caches)
+        decided = ops.logical_or(decided, _decided(scores, finished, lengths, penalty, index + 1, limits, minus_inf))
+        return index + 1, ops.reshape(next_ids, (-1, 1)), sequences, scores, finished, decided, lengths, caches
+
+    only_first = ops.where(ops.equal(ops.arange(width), 0), 0.0, -np.inf)  # one live candidate to start
+    start = (
+        ops.convert_to_tensor(0, "int32"),
+        ops.full((batch * width, 1), START_ID, dtype="int32"),
+        ops.zeros((batch, width, buffer), dtype="int32"),
+        ops.zeros((batch, width), dtype=_SCORE_DTYPE) + ops.cast(only_first, _SCORE_DTYPE)[None, :],
+        ops.zeros((batch, width), dtype="bool"),
+        ops.zeros((batch,), dtype="bool"),
+        ops.zeros((batch, width), dtype="int32"),
+        tuple(self_caches),
+    )
+    _, _, sequences, scores, _, _, lengths, _ = ops.while_loop(cond, body, start)
+    choice = ops.cast(ops.argmax(scores / penalty(lengths), axis=-1), "int32")
+    return ops.take_along_axis(sequences, choice[:, None, None], axis=1)[:, 0, :]
+
+
+def _decided(scores, finished, lengths, penalty, steps, limits, minus_inf):
+    """``(batch,)`` bool: examples whose answer no later step can change, so the beam loop need
+    not wait for their unfinished candidates (the answer is the one the full search gives).
+
+    ``scores``/``finished``/``lengths`` ``(batch, width)`` after ``steps`` steps; ``penalty``
+    maps lengths to length penalties. Let ``f`` be the finished candidate the final choice would
+    pick now and ``m`` the best raw score of an unfinished one. Adding a token never raises a raw
+    score (log-probabilities are <= 0), so when ``score(f) > m`` no candidate can ever outrank
+    ``f`` and push it out of the beam; and every later candidate ends with a raw score <= ``m``
+    and a length in ``steps .. limit``, so its normalised score is at most ``m / penalty(L)`` at
+    one end of that range (the penalty is monotonic). ``f`` stays the answer when its normalised
+    score beats that bound (strictly: ties would go to the lower beam slot, as the final choice does).
+    """
+    normalised = ops.where(finished, scores / penalty(lengths), minus_inf)
+    best = ops.cast(ops.argmax(normalised, axis=-1), "int32")[:, None]
+    best_normalised = ops.take_along_axis(normalised, best, axis=1)[:, 0]
+    best_score = ops.take_along_axis(scores, best, axis=1)[:, 0]
+    unfinished = ops.max(ops.where(finished, minus_inf, scores), axis=-1)
+    bound = ops.maximum(unfinished / penalty(steps + ops.zeros_like(limits)), unfinished / penalty(limits))
+    any_finished = ops.any(finished, axis=-1)
+    return ops.logical_and(any_finished, ops.logical_and(best_score > unfinished, best_normalised > bound))
+
+
 def _compiled(model) -> dict:
     """Graph-compiled encode / step / forward functions for ``model`` (built once per model)."""
     functions = _COMPILED.get(model)
@@ -263,17 +401,20 @@ def _compiled(model) -> dict:
             "forward": lambda source, prefix: model({"source": source, "target_in": prefix}, training=False)[:, -1, :],
             "greedy_loop": lambda source, max_length, limits, buffer, stop_at_end: _greedy_loop(
                 model, source, max_length, limits, buffer, stop_at_end),
+            "beam_loop": lambda source, max_length, limits, length_penalty, buffer, width, stop_at_end: _beam_loop(
+                model, source, max_length, limits, length_penalty, buffer, width, stop_at_end),
         }
         if COMPILE and keras.backend.backend() == "tensorflow":
             import tensorflow as tf  # generation plumbing only; the model itself is keras.ops
 
-            # The whole cached greedy loop runs as one XLA-compiled graph (a while loop), so a step
-            # costs no Python or dispatch time; the single-step functions serve beam search.
+            # The whole cached greedy and beam loops run as XLA-compiled graphs (a while loop each), so
+            # a step costs no Python or dispatch time; the single-step functions serve the reference beam.
             functions = {
-                name: tf.function(fn, reduce_retracing=True, jit_compile=name in ("step", "greedy_loop"))
+                name: tf.function(fn, reduce_retracing=True, jit_compile=name in _XLA)
                 for name, fn in functions.items()
             }
         functions["shapes"] = set()  # (batch, width, buffer) the compiled greedy loop has been called with
+        functions["beam_shapes"] = set()  # (batch, width, buffer, beam width) the compiled beam loop has been called with
         _COMPILED[model] = functions
     return functions
 
