@@ -87,6 +87,39 @@ def test_bucketed_bert_prediction_equals_full_padding(tmp_path):
     np.testing.assert_allclose(classifier.probabilities(texts, batch_size=256), full, atol=1e-5)
 
 
+def test_bert_prediction_cuts_each_batch_to_its_longest_row_in_one_traced_graph(tmp_path):
+    """On TensorFlow the BERT network runs as one graph of any shape: each length-sorted batch is
+    cut to exactly its longest row (no width bucket, no filler rows), traced once for all."""
+    classifier = _classifier(_tiny(max_length=24), tmp_path)
+    texts = _texts(40, seed=3)
+    lengths = np.sort((classifier.features(texts) != 0).sum(axis=1))
+    assert classifier._any_shape()
+    graph = classifier._bert_graph
+    seen = []
+    classifier._bert_graph = lambda ids: seen.append(ids.shape) or graph(ids)
+    probs = classifier.probabilities(texts, batch_size=16)
+    assert seen == [(16, lengths[15]), (16, lengths[31]), (8, lengths[39])]
+    assert len({width for _, width in seen}) == 3  # three different widths ...
+    assert graph.graph.experimental_get_tracing_count() == 1  # ... one trace
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-5)
+
+
+def test_compiled_tokenising_gives_the_eager_preprocessors_ids():
+    """bert_token_ids runs the preprocessor traced (TensorFlow Text ops); KerasHub's eager call
+    takes its pure-Python path. Both must give the same ids: accents, case, punctuation, CJK,
+    emoji, unknown words, truncation to max_length."""
+    from kformer.models.pretrained import bert_token_ids
+
+    model = _tiny(max_length=12)
+    texts = ["My card has NOT arrived!", "Refund, please... top-up failed?", "café naïve résumé", "我的卡 到了吗",
+             "card 🙂 please", "zzqx unknownword", " ".join(["card"] * 30), "top up 3 4 5"]
+    eager = np.asarray(model.preprocessor(texts)["token_ids"], dtype="int32")
+    compiled = bert_token_ids(model, texts, chunk=3)  # several chunks
+    assert compiled.shape == (len(texts), 12)
+    np.testing.assert_array_equal(compiled, eager)
+    assert (compiled[6] != 0).all()  # the long text fills max_length
+
+
 def test_adamw_leaves_biases_and_layer_norms_undecayed(tmp_path):
     from kformer.tasks.classify import ClassifyConfig, _compile
 
@@ -178,6 +211,30 @@ def test_pretrained_run_records_pooling_and_trains_under_a_time_budget(tmp_path,
         return callbacks
 
     monkeypatch.setattr(classify, "_compile", spy)
+    import keras
+
+    import kformer.models.pretrained as pretrained
+
+    validation = []  # (jit_compile, a test function exists) at each epoch end: validation ran as a graph
+    make_callback = pretrained.graph_validation
+
+    def watched():
+        callback = make_callback()
+
+        class Watch(keras.callbacks.Callback):
+            def on_train_begin(self, logs=None):
+                callback.set_model(self.model)
+                callback.on_train_begin(logs)
+
+            def on_epoch_end(self, epoch, logs=None):
+                validation.append((self.model.jit_compile, self.model.test_function is not None))
+
+            def on_train_end(self, logs=None):
+                callback.on_train_end(logs)
+
+        return Watch()
+
+    monkeypatch.setattr(pretrained, "graph_validation", watched)
 
     rows = [("my card has not arrived " + str(i % 7), "card") for i in range(40)]
     rows += [("refund please " + str(i % 7), "refund") for i in range(40)]
@@ -192,6 +249,8 @@ def test_pretrained_run_records_pooling_and_trains_under_a_time_budget(tmp_path,
     assert result.metrics["valid"]["accuracy"] >= 0.9
     # the BERT step is XLA-compiled even where Keras' "auto" would not (a CPU-only TensorFlow)
     assert compiled == [True]
+    # ... and its validation as a plain graph (no compile per validation shape)
+    assert validation and set(validation) == {(False, True)}
 
 
 def test_frozen_backbone_trains_only_the_head_on_cached_vectors(tmp_path):

@@ -314,6 +314,8 @@ class Classifier(TaskModel):
         # the wide n-gram part and its weight (kformer.tasks.classify_wide.Mix), mixed into
         # probabilities; None: the network alone
         self.wide = None
+        # kind "bert" on TensorFlow: the network as one graph of any (batch, width), built on first use
+        self._bert_graph = None
 
     @property
     def threshold(self) -> float | None:
@@ -351,6 +353,8 @@ class Classifier(TaskModel):
         """
         from kformer.data.batching import BATCH_BUCKETS, batch_bucket, pad_rows
 
+        if self._any_shape():  # one graph for every shape: the batch as it is
+            return self._run_network(ids)
         largest = BATCH_BUCKETS[-1]
         if self.predictor is None and len(ids) > largest:  # the Keras network meets only warmed batch sizes
             return np.concatenate([self._probabilities_of_ids(ids[i:i + largest]) for i in range(0, len(ids), largest)])
@@ -361,13 +365,16 @@ class Classifier(TaskModel):
             return self.predictor(ids)
         if self.kind == "encoder":
             return np.asarray(self.model.predict_on_batch(ids), dtype="float32")
+        if self._any_shape():
+            probs = self._bert_graph(ids)
+            return probs if np.allclose(probs.sum(axis=1), 1.0, atol=1e-3) else _softmax(probs)  # saved with logits
         import keras
 
         from kformer.models.pretrained import bert_inputs
 
-        # keras.Model's own predict_on_batch: the ids are already tokenized, so KerasHub's override
-        # (which runs the string preprocessor first) is skipped without touching the model. XLA
-        # compiles the prediction step once per (batch, width) shape (warmup): about twice as fast.
+        # another backend: keras.Model's own predict_on_batch. The ids are already tokenized, so
+        # KerasHub's override (which runs the string preprocessor first) is skipped without touching
+        # the model; XLA compiles the prediction step once per (batch, width) shape (warmup).
         if not getattr(self, "_xla", False):
             self.model.jit_compile, self.model.predict_function, self._xla = True, None, True
         probs = np.asarray(keras.Model.predict_on_batch(self.model, bert_inputs(ids)[0]), dtype="float32")
@@ -375,13 +382,25 @@ class Classifier(TaskModel):
             probs = _softmax(probs)
         return probs
 
+    def _any_shape(self) -> bool:
+        """True when the Keras network is a BERT classifier run as one TensorFlow graph that takes
+        every ``(batch, width)`` (:func:`~kformer.models.pretrained.bert_graph_function`): its
+        batches are cut to exactly their longest row and never padded with rows."""
+        if self.kind != "bert" or self.predictor is not None:
+            return False
+        if self._bert_graph is None:
+            from kformer.models.pretrained import bert_graph_function
+
+            self._bert_graph = bert_graph_function(self.model) or False
+        return bool(self._bert_graph)
+
     def probabilities(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
         """Class probabilities ``(len(texts), len(labels))`` float32, rows in input order.
 
         Texts are tokenised once, sorted by length and cut into batches of ``batch_size`` (at
         most the largest batch bucket, 64, for the Keras network), each cut to its longest row's
-        width bucket. A folder with a wide part returns ``(1 - w) * network + w * wide``
-        (:mod:`kformer.tasks.classify_wide`)."""
+        width bucket (BERT on TensorFlow: to exactly its longest row, :meth:`_any_shape`). A folder
+        with a wide part returns ``(1 - w) * network + w * wide`` (:mod:`kformer.tasks.classify_wide`)."""
         from kformer.data.batching import BATCH_BUCKETS, bucket_width, length_bucketed_batches
 
         texts = check_texts(texts)
@@ -391,8 +410,10 @@ class Classifier(TaskModel):
         ids = self.features(texts)
         lengths = (ids != 0).sum(axis=1)
         probs = np.zeros((len(texts), len(self.labels)), dtype="float32")
+        exact = self._any_shape()
         for rows in length_bucketed_batches(lengths, batch_size):
-            width = bucket_width(max(int(lengths[rows].max()), 1), ids.shape[1])
+            longest = max(int(lengths[rows].max()), 1)
+            width = longest if exact else bucket_width(longest, ids.shape[1])
             probs[rows] = self._probabilities_of_ids(ids[rows, :width])
         return probs if self.wide is None else self.wide(probs, texts)  # a wide part: the mix
 
@@ -498,9 +519,13 @@ class Classifier(TaskModel):
 
     def warmup(self) -> None:
         """One prediction per batch bucket and width bucket up to ``max_length``: every shape a
-        request of up to 64 texts can bring, so none waits for a compile."""
+        request of up to 64 texts can bring, so none waits for a compile (BERT on TensorFlow: one
+        batch traces the graph every shape runs in, and one text is tokenised)."""
         from kformer.data.batching import BATCH_BUCKETS, bucket_width
 
+        if self._any_shape():
+            self.probabilities(["warm up"])
+            return
         for width in sorted({bucket_width(n, self.max_length) for n in range(1, self.max_length + 1)}):
             for rows in BATCH_BUCKETS:
                 self._probabilities_of_ids(np.full((rows, width), 1, dtype="int32"))
@@ -718,10 +743,12 @@ def _compile(model, config: ClassifyConfig, steps_per_epoch: int, kind: str = "e
     further, so a run cut by its time budget ends at a low rate (with a ``cluster``, every process
     takes process 0's rate: :func:`~kformer.parallel.follow_chief_rate`; ``initial_step``: a resumed
     run's step). BERT models keep biases and LayerNorm weights out of weight decay. ``xla``
-    compiles the training and evaluation steps with XLA (``jit_compile=True``) whatever the
+    compiles the training step with XLA (``jit_compile=True``) whatever the
     backend would choose: Keras' ``"auto"`` turns XLA off on a CPU-only TensorFlow, where the
     MiniLM fine-tuning step then costs 1.6-1.8x the work (:data:`XLA_KINDS`); XLA compiles once per
-    batch shape, so the batches must come in few shapes (:func:`_batches`)."""
+    batch shape, so the batches must come in few shapes (:func:`_batches`). Validation then runs
+    as a plain graph (:func:`~kformer.models.pretrained.graph_validation`: nothing compiled per
+    shape)."""
     import keras
 
     from kformer.training import WarmupDecay, budget_schedule
@@ -749,6 +776,10 @@ def _compile(model, config: ClassifyConfig, steps_per_epoch: int, kind: str = "e
         metrics=["accuracy", keras.metrics.F1Score(average="macro", name=MONITOR[4:])],
         jit_compile=True if xla else "auto",
     )
+    if xla:
+        from kformer.models.pretrained import graph_validation
+
+        callbacks.append(graph_validation())
     return callbacks
 
 
