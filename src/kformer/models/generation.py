@@ -39,6 +39,7 @@ _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 COMPILE = True
 # Beam scores inside the compiled loop (the reference search keeps float64 in numpy).
 _SCORE_DTYPE = "float32"
+# The compiled functions XLA compiles (jit_compile); the others run as plain TensorFlow graphs.
 _XLA = ("step", "greedy_loop", "beam_loop")
 
 
