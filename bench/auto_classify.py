@@ -88,8 +88,9 @@ def main() -> None:
         "(tickets: our split); kformer validates on a stratified 10 % hold-out of the training file (HWU64: the "
         "DialoGLUE val.csv) and keeps its best epoch by validation macro-F1; train_s = model.fit's wall clock (compile and validation included); wide_fit_s = fitting "
         "the wide TF-IDF + logistic regression part on the training split, before the network and inside max_minutes (train_s + wide_fit_s <= the budget); 'transformer alone' and "
-        "'wide alone' = test accuracy of each part of kformer's model, whose own accuracy is their mix with 'wide "
-        "weight' chosen on validation; texts_per_s = "
+        "'wide alone' = test accuracy of each part of kformer's model, whose own accuracy is their geometric mix with "
+        "'wide weight' chosen on validation by log-loss; 'wide C': the logistic regression's C (two classes: chosen "
+        "on validation, NB = features scaled by naive-Bayes log-count ratios); texts_per_s = "
         f"prediction after loading the saved folder (both parts). Target: kformer auto >= the linear baseline on every dataset.{limited}"
     )
     record_or_print("Classification with auto settings vs the linear baseline (issue 9)", rows, notes,
