@@ -177,3 +177,27 @@ def test_bucketed_batches_cover_every_row_with_short_widths():
         assert sorted(seen) == list(range(100))
     widths = {batches[i][0].shape[1] for i in range(len(batches))}
     assert len(widths) > 1 and max(widths) <= 64
+
+
+def test_best_epoch_breaks_near_ties_by_validation_loss_without_lowering_the_bar():
+    from kformer.training import BestEpoch
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    stopper = BestEpoch(monitor="val_macro_f1", mode="max", patience=10, restore_best_weights=True)
+    stopper.set_model(model)
+    stopper.on_train_begin()
+    history = [(0.9000, 1.10), (0.9101, 1.05), (0.9096, 1.03), (0.9093, 1.04), (0.9085, 0.90), (0.9099, 1.02)]
+    chosen = []
+    for epoch, (f1, loss) in enumerate(history):
+        stopper.on_epoch_end(epoch, {"val_macro_f1": f1, "val_loss": loss})
+        chosen.append(stopper.best_epoch)
+    # 2: within 0.001 of the best and a lower loss; 3: within but higher loss; 4: lower loss but
+    # 0.0016 under the bar, which stays at 0.9101 (not 0.9096); 5: within it and lower loss again
+    assert chosen == [0, 1, 2, 2, 2, 5]
+    assert stopper.best == pytest.approx(0.9101)
+    exact = BestEpoch(monitor="val_macro_f1", mode="max", tie_tolerance=0.0, patience=10)
+    exact.set_model(model)
+    exact.on_train_begin()
+    for epoch, (f1, loss) in enumerate(history):
+        exact.on_epoch_end(epoch, {"val_macro_f1": f1, "val_loss": loss})
+    assert exact.best_epoch == 1

@@ -403,23 +403,32 @@ def restore_checkpoint(model: keras.Model, out_dir: str | os.PathLike) -> int:
 
 
 class BestEpoch(keras.callbacks.EarlyStopping):
-    """Early stopping where a tie on ``monitor`` goes to the epoch with the lower loss (validation
-    loss when ``monitor`` is a validation metric). A metric such as validation macro-F1 often
-    repeats its best value on easy data; the later, lower-loss epoch is then kept rather than the
-    first, less trained one."""
+    """Early stopping where a near-tie on ``monitor`` goes to the epoch with the lower loss
+    (validation loss when ``monitor`` is a validation metric).
 
-    def __init__(self, monitor: str = "val_loss", **kwargs):
+    A metric such as validation macro-F1 often repeats its best value, or moves by less than one
+    validation example's worth, while the model is still improving (a fine-tuning run whose rate
+    decays to zero at the end of its budget): values within ``tie_tolerance`` of the best count as
+    ties, and the later, lower-loss epoch is kept rather than the first, less trained one. The bar
+    itself never drops: a tie keeps the best value seen."""
+
+    def __init__(self, monitor: str = "val_loss", tie_tolerance: float = 1e-3, **kwargs):
         super().__init__(monitor=monitor, **kwargs)
         self.tie_breaker = "val_loss" if monitor.startswith("val_") else "loss"
+        self.tie_tolerance = float(tie_tolerance) if monitor != self.tie_breaker else 0.0
         self._loss = self._best_loss = None
 
     def on_epoch_end(self, epoch, logs=None):
         self._loss = (logs or {}).get(self.tie_breaker)
+        bar = self.best
         super().on_epoch_end(epoch, logs)
+        if bar is not None and self.best is not None and self.monitor_op(bar, self.best):
+            self.best = bar  # a tie within the tolerance won: keep the higher bar
 
     def _is_improvement(self, monitor_value, reference_value):
         better = super()._is_improvement(monitor_value, reference_value)
-        if not better and monitor_value == reference_value and None not in (self._loss, self._best_loss):
+        if (not better and reference_value is not None and None not in (self._loss, self._best_loss)
+                and abs(float(monitor_value) - float(reference_value)) <= self.tie_tolerance):
             better = self._loss < self._best_loss
         if better:
             self._best_loss = self._loss
