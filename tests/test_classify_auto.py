@@ -62,9 +62,10 @@ def test_set_size_moves_batch_rate_epochs_and_depth():
     assert (small.batch_size, medium.batch_size, large.batch_size) == (32, 32, 128)
     assert (small.learning_rate, medium.learning_rate, large.learning_rate) == (1e-3, 2e-3, 2e-3)
     assert small.dim == 64 and medium.dim == 128 and large.blocks == 2 and medium.blocks == 1
-    assert small.epochs == 40 and medium.epochs == 18 and large.epochs == 4  # ~5,000 steps within 3..40
+    # ~3,300 steps (282 per epoch for the medium set: 12 epochs) within 3..40
+    assert small.epochs == 40 and medium.epochs == 12 and large.epochs == 3
     # a 150-class problem is not cut at epoch 3: patience grows with the epochs
-    assert medium.patience == 5 and small.patience == 10 and large.patience == 3
+    assert medium.patience == 3 and small.patience == 10 and large.patience == 3
 
 
 def test_bigrams_double_the_length_and_the_vocabulary():
