@@ -130,7 +130,7 @@ class ClassifyConfig:
     positions: Literal["learned", "sinusoidal"] = setting("learned", "model", "position embeddings")
     window: int = setting(0, "model", "> 0: self-attention within windows of this many tokens (long documents)")
 
-    epochs: int | Auto = setting(AUTO, "training", "maximum epochs, early stopping may end sooner (auto: about 5,000 "
+    epochs: int | Auto = setting(AUTO, "training", "maximum epochs, early stopping may end sooner (auto: about 3,300 "
                                  "steps, within 3..40, fitted to max_minutes)")
     batch_size: int | Auto = setting(AUTO, "training", "texts per training step (auto: 32, 64 from 20,000 rows, "
                                      "128 from 100,000)")
