@@ -255,11 +255,12 @@ def fit(texts: Sequence[str], labels: Sequence[str], label_order: Sequence[str],
         x = x.multiply(scale).tocsr()
     held = None  # C is chosen on validation for two classes only (below: why)
     if scale is not None and valid is not None and len(valid[0]):
-        known = [i for i, label in enumerate(valid[1]) if str(label) in set(labels)]
+        seen = set(labels)
+        known = [i for i, label in enumerate(valid[1]) if str(label) in seen]
         if known:
             v_texts = _clip([valid[0][i] for i in known])
             xv = sparse.hstack([v.transform(v_texts) for v in vectorizers], format="csr", dtype="float32")
-            held = (xv if scale is None else xv.multiply(scale).tocsr(), [str(valid[1][i]) for i in known])
+            held = (xv.multiply(scale).tocsr(), [str(valid[1][i]) for i in known])
     model, about = _fit_linear(x, labels, class_weights, held)
     coef, intercept = _in_order(model, label_order, x.shape[1])
     if scale is not None:  # folded into the weights: the saved part applies plain TF-IDF features
