@@ -400,7 +400,8 @@ class Classifier(TaskModel):
         Texts are tokenised once, sorted by length and cut into batches of ``batch_size`` (at
         most the largest batch bucket, 64, for the Keras network), each cut to its longest row's
         width bucket (BERT on TensorFlow: to exactly its longest row, :meth:`_any_shape`). A folder
-        with a wide part returns ``(1 - w) * network + w * wide`` (:mod:`kformer.tasks.classify_wide`)."""
+        with a wide part returns the network's and the wide part's probabilities mixed with weight
+        ``w`` (geometric; linear in folders written before: :func:`kformer.tasks.classify_wide.mix`)."""
         from kformer.data.batching import BATCH_BUCKETS, bucket_width, length_bucketed_batches
 
         texts = check_texts(texts)
