@@ -143,7 +143,20 @@ def assert_same_run(resumed: Path, uninterrupted: Path, epochs: int, steps: int)
 
 
 @pytest.fixture(scope="module")
-def tickets(tmp_path_factory):
+def sigint_reaches_children():
+    """SIGINT left at its default in the subprocesses. A suite started in the background by a
+    non-interactive shell (``make test &``) runs with SIGINT ignored, and an ignored signal is
+    inherited through exec: the Ctrl-C subprocess would then never see its interrupt. A Python
+    handler here is reset to the default in every child."""
+    before = signal.getsignal(signal.SIGINT)
+    if before == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+@pytest.fixture(scope="module")
+def tickets(tmp_path_factory, sigint_reaches_children):
     """Two runs killed at batch 3 of epoch 2, one by SIGKILL and one by SIGINT (their exit
     statuses), while this process trains the same run uninterrupted."""
     root = tmp_path_factory.mktemp("crash_classify")
