@@ -104,6 +104,21 @@ def test_bert_prediction_cuts_each_batch_to_its_longest_row_in_one_traced_graph(
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-5)
 
 
+def test_a_classifier_saved_with_logits_predicts_the_same_probabilities(tmp_path):
+    """A KerasHub BERT classifier built without ``activation="softmax"`` (another tool's folder)
+    returns logits; kformer reads that from the model, not from the numbers, and applies softmax."""
+    from kformer.models.bert_classifier import MeanPoolBertClassifier
+
+    softmax_model = _tiny()
+    logits_model = MeanPoolBertClassifier(softmax_model.backbone, num_classes=3,
+                                          preprocessor=softmax_model.preprocessor, activation=None, dropout=0.0)
+    logits_model.get_layer("logits").set_weights(softmax_model.get_layer("logits").get_weights())
+    texts = _texts(12, seed=5)
+    expected = _classifier(softmax_model, tmp_path).probabilities(texts)
+    np.testing.assert_allclose(_classifier(logits_model, tmp_path).probabilities(texts), expected, atol=1e-5)
+    np.testing.assert_allclose(expected.sum(axis=1), 1.0, atol=1e-5)
+
+
 def test_compiled_tokenising_gives_the_eager_preprocessors_ids():
     """bert_token_ids runs the preprocessor traced (TensorFlow Text ops); KerasHub's eager call
     takes its pure-Python path. Both must give the same ids: accents, case, punctuation, CJK,
