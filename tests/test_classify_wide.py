@@ -140,6 +140,26 @@ def test_long_texts_get_word_ngrams_only_and_many_classes_fewer_columns():
     assert wide[0][2] == 400_000 and narrow[0][2] == narrow[1][2] == 10_000  # 12M weights / 600 classes / 2 blocks
 
 
+def test_word_triples_with_wide_ngrams_3_round_trip(tmp_path):
+    from kformer.errors import BadInput
+    from kformer.tasks.classify import ClassifyConfig
+
+    texts, labels = review_texts(300, seed=8)
+    assert feature_plan(texts, 2, 3)[0][1] == (1, 3)
+    part = fit(texts, labels, ["neg", "pos"], word_ngrams=3)
+    terms = part.blocks[0].terms
+    assert set(part.features) == {"word 1-3 grams", "char_wb 2-5 grams"}  # 32 words: short texts
+    assert any(len(term.split()) == 3 for term in terms)
+    assert not any(len(term.split()) == 3 for term in fit(texts, labels, ["neg", "pos"]).blocks[0].terms)
+    part.save(tmp_path)
+    probe, _ = review_texts(40, seed=9)
+    np.testing.assert_allclose(WidePart.load(tmp_path, ["neg", "pos"]).probabilities(probe), part.probabilities(probe),
+                               atol=1e-6)
+    with pytest.raises(BadInput) as raised:
+        ClassifyConfig(wide_ngrams=4)
+    assert raised.value.field == "wide_ngrams"
+
+
 def test_mix_rules_and_the_weight_of_lowest_validation_log_loss():
     truth = np.array([0] * 40 + [1] * 40)
     right = np.eye(2)[truth]
