@@ -107,7 +107,8 @@ def _sample_csv(path: Path, rows: int | None, seed: int = 0) -> Path:
         if taken.get(labels[i], 0) < per_label:
             taken[labels[i]] = taken.get(labels[i], 0) + 1
             picked.append(i)
-    return _write_csv(Path(tempfile.mkdtemp(prefix="kformer-minilm-data-")) / path.name,
+    name = path.name.removesuffix(".gz")  # written as plain CSV
+    return _write_csv(Path(tempfile.mkdtemp(prefix="kformer-minilm-data-")) / name,
                       [(texts[i], labels[i]) for i in picked])
 
 
