@@ -76,8 +76,8 @@ def register(commands, train_tasks) -> None:
                        "shows what each part scores (default: auto, on for scratch backbones, off for pretrained "
                        "ones, --freeze and recipes that do not name it; such a model cannot be exported)")
     train.add_argument("--wide-ngrams", type=int, choices=(1, 2, 3), metavar="N",
-                       help="longest word n-gram of the wide part: 2 (default: words and word pairs) or 3 (also "
-                       "triples: IMDB's wide part 91.1 %% alone instead of 90.9 %%, twice the fit time)")
+                       help="longest word n-gram of the wide part: 1 (words), 2 (default: words and word pairs) or 3 "
+                       "(also triples: IMDB's wide part 91.1 %% alone instead of 90.9 %%, twice the fit time)")
     train.add_argument("--calibrate", action="store_true", default=None,
                        help="choose the --threshold of the unknown route on the validation set (--valid labels the "
                        "training data lacks count as out-of-scope texts; without them 95%% of the correct "

@@ -122,8 +122,8 @@ class ClassifyConfig:
         AUTO, "model", "also fit a TF-IDF n-gram + logistic regression part on the training split and mix its "
         "probabilities with the network's by a weight chosen on validation (auto: on for scratch backbones, off for "
         "pretrained ones and freeze; a recipe that does not name it: off)")
-    wide_ngrams: int = setting(2, "model", "longest word n-gram of the wide part: 2 (words and word pairs) or 3 "
-                               "(also triples: on IMDB +0.3 points for the part alone, twice its fit time)")
+    wide_ngrams: int = setting(2, "model", "longest word n-gram of the wide part: 1 (words), 2 (words and word "
+                               "pairs) or 3 (also triples: on IMDB +0.3 points for the part alone, twice its fit time)")
     dim: int | Auto = setting(AUTO, "model", "model width (auto: 128; 64 for few rows or long texts)")
     heads: int | Auto = setting(AUTO, "model", "attention heads (auto: 4 at dim 128, else 2)")
     ff_dim: int | Auto = setting(AUTO, "model", "feed-forward width (auto: twice dim)")
