@@ -239,8 +239,7 @@ def fit(texts: Sequence[str], labels: Sequence[str], label_order: Sequence[str],
     grid of C changed the mixed model's accuracy by nothing and ~0.1 points, for 3x the fit time,
     a minute a fit on the tickets). ``word_ngrams``: the longest word n-gram (3 on IMDB: the part
     alone 91.1 % vs 90.9 % with 2, in twice the fit time). None when no n-gram occurs in the texts
-    at all. The part's
-    :attr:`WidePart.about` says what was chosen."""
+    at all. The part's :attr:`WidePart.about` says what was chosen."""
     from scipy import sparse
 
     texts, label_order = _clip(texts), [str(label) for label in label_order]
