@@ -44,7 +44,9 @@ BUDGET_NOTE = (
     "validation and (kformer) checkpoints included; learning the vocabularies and decoding the test pairs are not. "
     "Tokens/s: non-padding target tokens in each system's own tokens ([END] included) per second of that clock, "
     "expected from steps x the mean per batch; words/s compares across tokenizations. repetition: share of outputs "
-    "with a word or subword repeated more than 3 times in a row. The Keras example lowercases its text: "
+    "with a word or subword repeated more than 3 times in a row. kformer decodes with its default repeat limit "
+    "(max_repeat 3: no 4th copy of a span of up to 8 subwords in a row) except in the 'no repeat limit' row; the "
+    "Keras example has none. The Keras example lowercases its text: "
     "bleu_vs_lowercased_refs scores it against lowercased references."
 )
 
@@ -129,8 +131,13 @@ def kformer_rows(name: str, train, test, recipe: str, minutes: float, settings: 
     greedy = metrics["test"]
     rows = [{"system": f"{name}, greedy", **{key: greedy[key] for key in keys}, **common,
              "decode_s": greedy["decode_seconds"]}]
+    translator = translate.load(out_dir)
+    # the model without the decoder's repeat limit (translate.MAX_REPEAT): how often it loops by itself
+    unlimited = translator.evaluate(test, beam=1, max_repeat=0)
+    rows.append({"system": f"{name}, greedy, no repeat limit", **{key: unlimited[key] for key in keys}, **common,
+                 "decode_s": unlimited["decode_seconds"]})
     if beam > 1:
-        scores = translate.load(out_dir).evaluate(test, beam=beam)
+        scores = translator.evaluate(test, beam=beam)
         rows.append({"system": f"{name}, beam {beam}", **{key: scores[key] for key in keys}, **common,
                      "decode_s": scores["decode_seconds"],
                      "beam_over_greedy_time": scores["decode_seconds"] / max(greedy["decode_seconds"], 1e-9)})

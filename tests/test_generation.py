@@ -248,3 +248,60 @@ def test_decoding_reaches_the_compiled_loop_with_a_few_shapes_only(eager):
     assert [strip_special(row) for row in together] == alone
     called = generation._compiled(wide)["shapes"]
     assert {(batch, width) for batch, width, _ in called} <= set(generation.decode_shapes(wide))
+
+
+def _longest_repeat(row, span: int) -> int:
+    """Most back-to-back copies of any ``span``-token span in ``row`` (the definition, brute force)."""
+    row, best = list(row), 0
+    for start in range(len(row)):
+        copies = 1
+        while row[start + copies * span : start + (copies + 1) * span] == row[start : start + span] and \
+                len(row[start : start + span]) == span:
+            copies += 1
+        best = max(best, copies if len(row[start : start + span]) == span else 0)
+    return best
+
+
+def _looping(seed=3, vocab=9):
+    """A model that loops: two ordinary tokens' logits raised, END's pushed down."""
+    model = _sharpen(_model(vocab=vocab, seed=seed))
+    kernel, bias = model.output_projection.get_weights()
+    bias[END_ID] -= 50.0
+    bias[[4, 5]] += 6.0
+    model.output_projection.set_weights([kernel, bias])
+    return model
+
+
+@pytest.mark.parametrize("max_repeat", [1, 2, 3])
+def test_max_repeat_caps_back_to_back_copies_of_every_span(eager, max_repeat):
+    """Unlimited, the looping model repeats a token or a span more than ``max_repeat`` times; with
+    the limit no span of 1..REPEAT_SPAN tokens has more copies in a row -- greedy and beam, compiled
+    loops equal to the step-by-step references (which apply the rule by its definition)."""
+    looping = _looping()
+    unlimited = greedy_decode(looping, SOURCE, 9)
+    assert max(_longest_repeat(strip_special(row), span) for row in unlimited for span in (1, 2)) > max_repeat
+    for decoded in (
+        greedy_decode(looping, SOURCE, 9, max_repeat=max_repeat),
+        beam_search(looping, SOURCE, 9, beam_width=3, max_repeat=max_repeat),
+    ):
+        _check_contract(decoded, 9)
+        for row in decoded:
+            assert len(strip_special(row)) == 9  # the limit forbids a token, it does not end the row
+            for span in range(1, generation.REPEAT_SPAN + 1):
+                assert _longest_repeat(strip_special(row), span) <= max_repeat
+    np.testing.assert_array_equal(greedy_decode(looping, SOURCE, 9, max_repeat=max_repeat),
+                                  greedy_decode(looping, SOURCE, 9, use_cache=False, max_repeat=max_repeat))
+    np.testing.assert_array_equal(
+        beam_search(looping, SOURCE, 9, beam_width=3, max_repeat=max_repeat),
+        generation._reference_beam_search(looping, SOURCE, 9, 3, max_repeat=max_repeat))
+
+
+def test_max_repeat_changes_nothing_where_nothing_repeats_that_often(model):
+    """A limit at the most copies greedy output already has is invisible; one less changes it."""
+    unlimited = greedy_decode(model, SOURCE, 9)
+    most = max(_longest_repeat(strip_special(row), span) for row in unlimited for span in range(1, 9))
+    assert most >= 2
+    np.testing.assert_array_equal(greedy_decode(model, SOURCE, 9, max_repeat=most), unlimited)
+    assert not np.array_equal(greedy_decode(model, SOURCE, 9, max_repeat=most - 1), unlimited)
+    with pytest.raises(KformerError, match="max repeat"):
+        greedy_decode(model, SOURCE, 9, max_repeat=-1)

@@ -104,12 +104,18 @@ def test_each_translation_is_capped_by_its_source_length(runs, monkeypatch):
                                  {**translator.manifest, "decode_length": {"per_source_token": 1.0, "extra": 1}})
     assert tight.decode_limits([1, 3, 500]) == [2, 4, tight.max_target_length]
     seen, real = [], generation.greedy_decode
-    monkeypatch.setattr(generation, "greedy_decode", lambda model, ids, max_length, row_limits=None: (
-        seen.append((ids, list(row_limits))), real(model, ids, max_length, row_limits=row_limits))[1])
+    monkeypatch.setattr(generation, "greedy_decode", lambda model, ids, max_length, row_limits=None, max_repeat=0: (
+        seen.append((ids, list(row_limits), max_repeat)),
+        real(model, ids, max_length, row_limits=row_limits, max_repeat=max_repeat))[1])
     sources = ["one", "three one two"]
     tight.translate(sources)
     lengths = [len(ids) for ids in tight.encode_sources(sources)]
-    assert sorted(limit for _, limits in seen for limit in limits) == sorted(n + 1 for n in lengths)
+    assert sorted(limit for _, limits, _ in seen for limit in limits) == sorted(n + 1 for n in lengths)
+    # the repeat limit reaches the decoder: the default, or what the caller asks for
+    assert {repeat for *_, repeat in seen} == {translate.MAX_REPEAT}
+    seen.clear()
+    tight.translate(sources, max_repeat=0)
+    assert {repeat for *_, repeat in seen} == {0}
     old = {k: v for k, v in translator.manifest.items() if k != "decode_length"}  # a folder from before the rule
     assert translate.Translator(translator.model, None, None, runs["out"], old).decode_length == {
         "per_source_token": 2.0, "extra": 8}
@@ -120,9 +126,10 @@ def test_warmup_decodes_every_decode_shape(runs, monkeypatch):
 
     translator = translate.load(runs["out"])
     seen = []
-    monkeypatch.setattr(generation, "greedy_decode", lambda model, ids, max_length: seen.append(ids.shape))
-    translator.warmup()
-    assert sorted(seen) == sorted(generation.decode_shapes(translator.model))
+    monkeypatch.setattr(generation, "greedy_decode",
+                        lambda model, ids, max_length, max_repeat: seen.append((*ids.shape, max_repeat)))
+    translator.warmup()  # the compiled variant translate() uses: with the default repeat limit
+    assert sorted(seen) == sorted((*shape, translate.MAX_REPEAT) for shape in generation.decode_shapes(translator.model))
 
 
 def test_attention_maps_are_arrays_labelled_with_pieces(runs):
@@ -149,6 +156,8 @@ def test_bad_requests_name_the_argument(runs):
         (lambda: translator.translate(["one"], batch_size=0), "batch_size"),
         (lambda: translator.attention_maps("  "), "text"),
         (lambda: translator.predict_instances(["one"], {"beam": 0}), "parameters.beam"),
+        (lambda: translator.predict_instances(["one"], {"max_repeat": -1}), "parameters.max_repeat"),
+        (lambda: translator.translate(["one"], max_repeat=-1), "max_repeat"),
         (lambda: translator.predict_instances(["one"], {"top_k": 3}), "parameters.top_k"),
         (lambda: translator.evaluate([("one", "")]), "data[0]"),
     ]:

@@ -148,6 +148,8 @@ def test_bad_arguments_fail_cleanly(trained, tmp_path, capsys):
     folder, _, _ = trained
     _assert_one_line_error(capsys, ["translate", tmp_path, "hello"], "not a kformer model folder", code=3)
     _assert_one_line_error(capsys, ["translate", folder / "model", "one", "--beam", "0"], "--beam must be at least 1")
+    _assert_one_line_error(capsys, ["translate", folder / "model", "one", "--max-repeat", "-1"],
+                           "--max-repeat must be at least 0")
     bad = tmp_path / "test.tsv"
     bad.write_text("one\n", encoding="utf-8")
     _assert_one_line_error(capsys, ["evaluate", folder / "model", "--data", bad], "line 1 has no tab")

@@ -68,6 +68,9 @@ def _add_shared_commands(commands) -> None:
     evaluate.add_argument("--text-column", default=None, help="text column of a table file (default: the model's)")
     evaluate.add_argument("--label-column", default=None, help="label column of a table file (default: the model's)")
     evaluate.add_argument("--beam", type=int, default=1, metavar="N", help="beam width for translation models (1 = greedy)")
+    evaluate.add_argument("--max-repeat", type=int, default=None, metavar="N",
+                          help="translation models: most copies of a word or subword span in a row in a "
+                          "translation (0 = no limit; default 3)")
     evaluate.add_argument("--batch-size", type=int, default=64, metavar="N", help="texts per prediction batch")
     evaluate.add_argument("--limit", type=int, default=None, metavar="N", help="score only the first N examples")
     evaluate.set_defaults(handler=_evaluate)

@@ -79,6 +79,9 @@ def register(commands, train_tasks) -> None:
     translate.add_argument("texts", nargs="*", metavar="TEXT", help="sentences to translate (default: read lines from stdin)")
     translate.add_argument("--beam", type=int, default=1, metavar="N", help="beam width (1 = greedy decoding)")
     translate.add_argument("--batch-size", type=int, default=64, metavar="N", help="sentences per decoding batch")
+    translate.add_argument("--max-repeat", type=int, default=None, metavar="N",
+                           help="most copies of a word or of a span of up to 8 subwords in a row in a translation: "
+                           "stops an undertrained model's loops (0 = no limit; default 3)")
     translate.set_defaults(handler=translate_command)
 
 
@@ -116,7 +119,7 @@ def translate_command(args: argparse.Namespace) -> int:
     from kformer.tasks import translate
 
     read_manifest(args.model_dir, task="translate")  # the wrong folder, bad flags: before stdin and loading
-    translate.check_decoding(args.beam, args.batch_size)
+    translate.check_decoding(args.beam, args.batch_size, _max_repeat(args))
     if args.texts:
         texts = list(args.texts)
     elif sys.stdin is None or sys.stdin.isatty():
@@ -124,15 +127,23 @@ def translate_command(args: argparse.Namespace) -> int:
     else:
         texts = [line.rstrip("\r\n") for line in sys.stdin]
     translator = translate.load(args.model_dir)
-    for line in translator.translate(texts, beam=args.beam, batch_size=args.batch_size):
+    for line in translator.translate(texts, beam=args.beam, batch_size=args.batch_size, max_repeat=_max_repeat(args)):
         print(line)
     return 0
+
+
+def _max_repeat(args: argparse.Namespace) -> int:
+    """``--max-repeat``, or the task's default when it is not given."""
+    from kformer.tasks.translate import MAX_REPEAT
+
+    return MAX_REPEAT if args.max_repeat is None else args.max_repeat
 
 
 def evaluate(args: argparse.Namespace, model) -> int:
     """``kformer evaluate MODEL_DIR --data PAIRS``: BLEU, chrF and exact match of the translations."""
     out = Path(args.out) if args.out else model.folder / "eval"
-    scores = model.evaluate(args.data, beam=args.beam, batch_size=args.batch_size, out=out, limit=args.limit or None)
+    scores = model.evaluate(args.data, beam=args.beam, batch_size=args.batch_size, out=out, limit=args.limit or None,
+                            max_repeat=_max_repeat(args))
     if args.json:
         print(json.dumps(scores))
     else:

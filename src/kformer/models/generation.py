@@ -11,6 +11,9 @@ batch's ``max_length``, ``row_limits`` (``(batch,)`` ints) may cap each row on i
 translation by its source's length (:meth:`kformer.tasks.translate.Translator.decode_limits`), so
 an undertrained model that never says END stops early on a short source instead of looping to the
 longest sentence the batch allows. A row that reaches its limit is finished (no END, PAD after).
+``max_repeat`` (0 = off) forbids any span of 1 to :data:`REPEAT_SPAN` tokens to be generated more
+than that many times in a row -- the loop an undertrained decoder falls into (``20% 20% 20% 20%``,
+``0 0 0 0 0``): the token that would complete the extra copy is never chosen.
 
 Compiled decoding never recompiles per request: sources are decoded in chunks padded to a few
 *decode shapes* -- batch rounded up to one of :data:`BATCH_BUCKETS`, width to one of
@@ -41,9 +44,11 @@ COMPILE = True
 _SCORE_DTYPE = "float32"
 # The compiled functions XLA compiles (jit_compile); the others run as plain TensorFlow graphs.
 _XLA = ("step", "greedy_loop", "beam_loop")
+# Longest span (in tokens) whose back-to-back copies ``max_repeat`` limits: a word of up to 8 pieces.
+REPEAT_SPAN = 8
 
 
-def greedy_decode(model, source_ids, max_length, use_cache=True, stop_at_end=True, row_limits=None):
+def greedy_decode(model, source_ids, max_length, use_cache=True, stop_at_end=True, row_limits=None, max_repeat=0):
     """Pick the most likely next token at every step.
 
     Args:
@@ -55,10 +60,12 @@ def greedy_decode(model, source_ids, max_length, use_cache=True, stop_at_end=Tru
             ``max_length`` steps (for timing).
         row_limits: optional ``(batch,)`` ints, most tokens for each row (at most ``max_length``;
             default ``max_length`` for every row).
+        max_repeat: most back-to-back copies of any span of 1..``REPEAT_SPAN`` tokens (0: no limit).
 
     Returns:
         int32 ``(batch, <= max_length)``.
     """
+    max_repeat = _check_repeat(max_repeat)
     source = _as_ids(source_ids)
     max_length = _check_length(model, max_length)
     limits = _row_limits(row_limits, source.shape[0], max_length)
@@ -70,7 +77,7 @@ def greedy_decode(model, source_ids, max_length, use_cache=True, stop_at_end=Tru
             compiled["shapes"].add((*padded.shape, buffer))
             chunk_limits = _pad_limits(limits[start : start + rows], padded.shape[0])
             out = compiled["greedy_loop"](ops.convert_to_tensor(padded), ops.convert_to_tensor(max_length, "int32"),
-                                          ops.convert_to_tensor(chunk_limits), buffer, bool(stop_at_end))
+                                          ops.convert_to_tensor(chunk_limits), buffer, bool(stop_at_end), max_repeat)
             parts.append(np.asarray(out)[:rows, :max_length])
         return _trim(np.concatenate(parts))
     stepper = _FullStepper(model, source, max_length)
@@ -81,6 +88,7 @@ def greedy_decode(model, source_ids, max_length, use_cache=True, stop_at_end=Tru
     for index in range(max_length):
         logits = stepper.next_logits(tokens)
         logits[:, list(_FORBIDDEN)] = -np.inf
+        _forbid_repeats(logits, np.stack(generated, axis=1) if generated else np.zeros((batch, 0), "int32"), max_repeat)
         next_ids = np.argmax(logits, axis=-1).astype("int32")
         next_ids = np.where(finished, PAD_ID, next_ids)
         generated.append(next_ids)
@@ -92,7 +100,7 @@ def greedy_decode(model, source_ids, max_length, use_cache=True, stop_at_end=Tru
 
 
 def beam_search(model, source_ids, max_length, beam_width=4, length_penalty=0.6, use_cache=True, stop_at_end=True,
-                row_limits=None):
+                row_limits=None, max_repeat=0):
     """Keep the ``beam_width`` best prefixes per example; return the best finished sequence.
 
     Prefixes are ranked by total log-probability while searching; at the end each example's
@@ -101,6 +109,8 @@ def beam_search(model, source_ids, max_length, beam_width=4, length_penalty=0.6,
     Finished candidates stay in the beam with their score frozen; a candidate reaching its
     example's ``row_limits`` entry (``(batch,)``, default ``max_length``) is finished there.
     ``stop_at_end=False`` runs all ``max_length`` steps even when every candidate has ended (for timing).
+    ``max_repeat`` (0: no limit) caps back-to-back copies of any span of 1..``REPEAT_SPAN`` tokens
+    in every candidate, as in :func:`greedy_decode`.
 
     With ``use_cache`` (the default) each chunk of sources is decoded by one compiled loop
     (:func:`_beam_loop`: scores, top-k, cache reordering and the final length-penalised choice
@@ -111,9 +121,10 @@ def beam_search(model, source_ids, max_length, beam_width=4, length_penalty=0.6,
         int32 ``(batch, <= max_length)``, same contract as :func:`greedy_decode`.
     """
     width = _check_width(beam_width)
+    max_repeat = _check_repeat(max_repeat)
     if not use_cache:
         return _reference_beam_search(model, source_ids, max_length, width, length_penalty, False, stop_at_end,
-                                      row_limits)
+                                      row_limits, max_repeat)
     source = _as_ids(source_ids)
     max_length = _check_length(model, max_length)
     limits = _row_limits(row_limits, source.shape[0], max_length)
@@ -126,13 +137,13 @@ def beam_search(model, source_ids, max_length, beam_width=4, length_penalty=0.6,
         out = compiled["beam_loop"](ops.convert_to_tensor(padded), ops.convert_to_tensor(max_length, "int32"),
                                     ops.convert_to_tensor(chunk_limits),
                                     ops.convert_to_tensor(float(length_penalty), _SCORE_DTYPE),
-                                    buffer, width, bool(stop_at_end))
+                                    buffer, width, bool(stop_at_end), max_repeat)
         parts.append(np.asarray(out)[:rows, :max_length])
     return _trim(np.concatenate(parts))
 
 
 def _reference_beam_search(model, source_ids, max_length, beam_width=4, length_penalty=0.6, use_cache=True,
-                           stop_at_end=True, row_limits=None):
+                           stop_at_end=True, row_limits=None, max_repeat=0):
     """:func:`beam_search` step by step in Python/numpy (float64 scores, one model call per step,
     through the caches or, ``use_cache=False``, by full recomputation): the reference the
     compiled loop is tested against. Same arguments and result as :func:`beam_search`."""
@@ -142,10 +153,17 @@ def _reference_beam_search(model, source_ids, max_length, beam_width=4, length_p
     limits = _row_limits(row_limits, source.shape[0], max_length)
     parts = [
         _beam_chunk(model, padded, max_length, width, length_penalty, use_cache, stop_at_end,
-                    _pad_limits(limits[start : start + rows], padded.shape[0]))[:rows]
+                    _pad_limits(limits[start : start + rows], padded.shape[0]), _check_repeat(max_repeat))[:rows]
         for padded, rows, start in _decode_chunks(model, source)
     ]
     return _trim(np.concatenate([np.pad(p, [(0, 0), (0, max_length - p.shape[1])]) for p in parts]))
+
+
+def _check_repeat(max_repeat) -> int:
+    if isinstance(max_repeat, bool) or int(max_repeat) != max_repeat or int(max_repeat) < 0:
+        raise BadInput(f"max repeat ({{field}}) must be a whole number of at least 0 (0: no limit), not {max_repeat!r}",
+                       field="max_repeat")
+    return int(max_repeat)
 
 
 def _check_width(beam_width) -> int:
@@ -154,7 +172,7 @@ def _check_width(beam_width) -> int:
     return int(beam_width)
 
 
-def _beam_chunk(model, source, max_length, width, length_penalty, use_cache, stop_at_end, limits):
+def _beam_chunk(model, source, max_length, width, length_penalty, use_cache, stop_at_end, limits, max_repeat=0):
     """Beam search over one padded chunk of sources (``limits``: ``(batch,)`` most tokens per
     example): ``(batch, <= max_length)``."""
     batch = source.shape[0]
@@ -173,6 +191,7 @@ def _beam_chunk(model, source, max_length, width, length_penalty, use_cache, sto
         logits = stepper.next_logits(tokens).astype("float64")
         log_probs = logits - _logsumexp(logits)
         log_probs[:, list(_FORBIDDEN)] = -np.inf
+        _forbid_repeats(log_probs, sequences.reshape(batch * width, -1), max_repeat)
         log_probs = log_probs.reshape(batch, width, -1)
         # A finished candidate may only continue with PAD, at no cost.
         log_probs[finished] = -np.inf
@@ -193,6 +212,22 @@ def _beam_chunk(model, source, max_length, width, length_penalty, use_cache, sto
     penalty = ((5.0 + np.maximum(lengths, 1)) / 6.0) ** float(length_penalty)
     choice = np.argmax(scores / penalty, axis=-1)
     return sequences[np.arange(batch), choice]
+
+
+def _forbid_repeats(logits: np.ndarray, sequences: np.ndarray, max_repeat: int) -> None:
+    """Set to -inf, in place, each row's ``logits`` ``(rows, vocab)`` of the ids that would complete
+    copy ``max_repeat + 1`` of a span of 1..``REPEAT_SPAN`` tokens at the end of that row of
+    ``sequences`` ``(rows, steps)``: the definition, step by step (the compiled loops keep running
+    counts instead, :func:`_repeat_penalty`)."""
+    if not max_repeat:
+        return
+    steps = sequences.shape[1]
+    for row, sequence in enumerate(sequences):
+        for span in range(1, REPEAT_SPAN + 1):
+            window = (max_repeat + 1) * span - 1  # all of the copies but the token that would end the last
+            tail = sequence[steps - window :]
+            if steps >= window and (tail[span:] == tail[:-span]).all():
+                logits[row, sequence[steps - span]] = -np.inf
 
 
 def strip_special(ids) -> list[int]:
@@ -251,14 +286,14 @@ class _FullStepper:
         self.prefix = self.prefix[rows]
 
 
-def _greedy_loop(model, source, max_length, limits, buffer: int, stop_at_end: bool):
+def _greedy_loop(model, source, max_length, limits, buffer: int, stop_at_end: bool, max_repeat: int = 0):
     """Cached greedy decoding as one loop of ``keras.ops`` (compiled whole by :func:`_compiled`).
 
     Same arithmetic as the step-by-step path: encoder and cross-attention keys/values once, then
     one token per iteration through the self-attention caches. ``buffer`` (a Python int: part
     of the compiled shape) sizes the caches and the output; ``max_length`` (a tensor, so it costs
     no recompile) stops the loop, and ``limits`` (``(batch,)`` int32 tensor) finishes each row at
-    its own limit. Returns ``(batch, buffer)``.
+    its own limit; ``max_repeat`` (a Python int) as in :func:`greedy_decode`. Returns ``(batch, buffer)``.
     """
     encoder_outputs, source_mask = model.encode(source, training=False)
     cross_caches = model.cross_attention_caches(encoder_outputs)
@@ -266,33 +301,65 @@ def _greedy_loop(model, source, max_length, limits, buffer: int, stop_at_end: bo
     self_caches = model.empty_self_attention_caches(batch, buffer)
     forbidden = ops.convert_to_tensor(np.isin(np.arange(model.target_vocab_size), _FORBIDDEN))
 
-    def cond(index, tokens, generated, finished, caches):
+    def cond(index, tokens, generated, finished, repeats, caches):
         running = ops.less(index, max_length)
         if stop_at_end:
             running = ops.logical_and(running, ops.logical_not(ops.all(finished)))
         return running
 
-    def body(index, tokens, generated, finished, caches):
+    def body(index, tokens, generated, finished, repeats, caches):
         logits, caches = model.decode_step(tokens, index, list(caches), cross_caches, source_mask)
         logits = ops.where(forbidden[None, :], ops.cast(-np.inf, logits.dtype), logits)
+        if max_repeat:
+            logits = logits + ops.cast(_repeat_penalty(*repeats, max_repeat, model.target_vocab_size), logits.dtype)
         next_ids = ops.cast(ops.argmax(logits, axis=-1), "int32")
         next_ids = ops.where(finished, ops.cast(PAD_ID, "int32"), next_ids)
         generated = ops.slice_update(generated, (0, index), next_ids[:, None])
         finished = ops.logical_or(finished, ops.equal(next_ids, END_ID))
         finished = ops.logical_or(finished, ops.greater_equal(index + 1, limits))
-        return index + 1, next_ids[:, None], generated, finished, tuple(caches)
+        return index + 1, next_ids[:, None], generated, finished, _track_repeats(*repeats, next_ids), tuple(caches)
 
     start = (
         ops.convert_to_tensor(0, "int32"),
         ops.full((batch, 1), START_ID, dtype="int32"),
         ops.zeros((batch, buffer), dtype="int32"),
         ops.zeros((batch,), dtype="bool"),
+        _no_repeats((batch,)),
         tuple(self_caches),
     )
     return ops.while_loop(cond, body, start)[2]
 
 
-def _beam_loop(model, source, max_length, limits, length_penalty, buffer: int, width: int, stop_at_end: bool):
+def _no_repeats(shape) -> tuple:
+    """The repeat counters of :func:`_track_repeats` before any token: ``recent`` (the last
+    ``REPEAT_SPAN`` tokens, newest first; -1 = none yet) and ``runs``, each ``(*shape, REPEAT_SPAN)`` int32."""
+    return ops.full((*shape, REPEAT_SPAN), -1, dtype="int32"), ops.zeros((*shape, REPEAT_SPAN), dtype="int32")
+
+
+def _track_repeats(recent, runs, next_ids) -> tuple:
+    """Counters after ``next_ids`` (``(...,)``): ``runs[..., p - 1]`` counts the latest tokens in a row
+    that equal the token ``p`` before them, so the last ``runs + p`` tokens repeat a ``p``-token span."""
+    same = ops.equal(recent, next_ids[..., None])
+    runs = ops.where(same, runs + 1, ops.zeros_like(runs))
+    return ops.concatenate([next_ids[..., None], recent[..., :-1]], axis=-1), runs
+
+
+def _repeat_penalty(recent, runs, max_repeat: int, vocab: int):
+    """``(rows, vocab)`` float32: -inf for each id that would complete copy ``max_repeat + 1`` of a
+    span of ``p`` tokens (the last ``(max_repeat + 1) * p - 1`` tokens repeat it: ``runs >=
+    max_repeat * p - 1``; the id is then the token ``p`` back), 0 elsewhere. ``recent``/``runs``:
+    ``(rows, REPEAT_SPAN)``; the same rule as :func:`_forbid_repeats`."""
+    spans = ops.arange(1, REPEAT_SPAN + 1, dtype="int32")
+    active = ops.logical_and(ops.greater_equal(runs, max_repeat * spans - 1), ops.greater_equal(recent, 0))
+    rows = ops.shape(recent)[0]
+    row_ids = ops.repeat(ops.arange(rows, dtype="int32")[:, None], REPEAT_SPAN, axis=1)
+    indices = ops.reshape(ops.stack([row_ids, ops.maximum(recent, 0)], axis=-1), (-1, 2))
+    values = ops.reshape(ops.where(active, -np.inf, 0.0), (-1,))
+    return ops.scatter(indices, ops.cast(values, "float32"), (rows, vocab))
+
+
+def _beam_loop(model, source, max_length, limits, length_penalty, buffer: int, width: int, stop_at_end: bool,
+               max_repeat: int = 0):
     """Cached beam search over one chunk as one loop of ``keras.ops`` (compiled whole by :func:`_compiled`).
 
     The same search as :func:`_beam_chunk` with everything on the device: the encoder and the
@@ -302,7 +369,7 @@ def _beam_loop(model, source, max_length, limits, length_penalty, buffer: int, w
     the sequences by a gather of the chosen parents, and finishes candidates at END or their
     example's limit. ``buffer`` and ``width`` (Python ints) are part of the compiled shape;
     ``max_length`` (scalar int32), ``limits`` (``(batch,)`` int32) and ``length_penalty``
-    (scalar) are tensors. Scores are kept in ``_SCORE_DTYPE``. Returns ``(batch, buffer)`` int32:
+    (scalar) are tensors; ``max_repeat`` (a Python int) as in :func:`beam_search`. Scores are kept in ``_SCORE_DTYPE``. Returns ``(batch, buffer)`` int32:
     each example's best candidate by ``score / ((5 + length) / 6) ** length_penalty``.
     """
     encoder_outputs, source_mask = model.encode(source, training=False)
@@ -323,18 +390,21 @@ def _beam_loop(model, source, max_length, limits, length_penalty, buffer: int, w
     def penalty(length):
         return ops.power((5.0 + ops.cast(ops.maximum(length, 1), _SCORE_DTYPE)) / 6.0, penalty_power)
 
-    def cond(index, tokens, sequences, scores, finished, decided, lengths, caches):
+    def cond(index, tokens, sequences, scores, finished, decided, lengths, repeats, caches):
         running = ops.less(index, max_length)
         if stop_at_end:
             done = ops.logical_or(ops.all(finished, axis=-1), decided)
             running = ops.logical_and(running, ops.logical_not(ops.all(done)))
         return running
 
-    def body(index, tokens, sequences, scores, finished, decided, lengths, caches):
+    def body(index, tokens, sequences, scores, finished, decided, lengths, repeats, caches):
         logits, caches = model.decode_step(tokens, index, list(caches), cross_caches, source_mask)
         logits = ops.cast(logits, _SCORE_DTYPE)
         log_probs = logits - ops.logsumexp(logits, axis=-1, keepdims=True)
         log_probs = ops.where(forbidden[None, :], minus_inf, log_probs)
+        if max_repeat:
+            recent, runs = (ops.reshape(counter, (-1, REPEAT_SPAN)) for counter in repeats)
+            log_probs = log_probs + ops.cast(_repeat_penalty(recent, runs, max_repeat, vocab), _SCORE_DTYPE)
         log_probs = ops.reshape(log_probs, (-1, width, vocab))
         log_probs = ops.where(finished[..., None], pad_only[None, None, :], log_probs)
         candidates = ops.reshape(scores[..., None] + log_probs, (-1, width * vocab))
@@ -347,10 +417,12 @@ def _beam_loop(model, source, max_length, limits, length_penalty, buffer: int, w
         lengths = ops.take_along_axis(lengths, parents, axis=1) + ops.cast(ops.logical_not(was_finished), "int32")
         finished = ops.logical_or(was_finished, ops.equal(next_ids, END_ID))
         finished = ops.logical_or(finished, ops.greater_equal(index + 1, limits)[:, None])
+        repeats = _track_repeats(*(ops.take_along_axis(counter, parents[..., None], axis=1) for counter in repeats),
+                                 next_ids)
         rows = ops.reshape(first_row + parents, (-1,))
         caches = tuple(ops.take(cache, rows, axis=0) for cache in caches)
         decided = ops.logical_or(decided, _decided(scores, finished, lengths, penalty, index + 1, limits, minus_inf))
-        return index + 1, ops.reshape(next_ids, (-1, 1)), sequences, scores, finished, decided, lengths, caches
+        return index + 1, ops.reshape(next_ids, (-1, 1)), sequences, scores, finished, decided, lengths, repeats, caches
 
     only_first = ops.where(ops.equal(ops.arange(width), 0), 0.0, -np.inf)  # one live candidate to start
     start = (
@@ -361,9 +433,10 @@ def _beam_loop(model, source, max_length, limits, length_penalty, buffer: int, w
         ops.zeros((batch, width), dtype="bool"),
         ops.zeros((batch,), dtype="bool"),
         ops.zeros((batch, width), dtype="int32"),
+        _no_repeats((batch, width)),
         tuple(self_caches),
     )
-    _, _, sequences, scores, _, _, lengths, _ = ops.while_loop(cond, body, start)
+    _, _, sequences, scores, _, _, lengths, _, _ = ops.while_loop(cond, body, start)
     choice = ops.cast(ops.argmax(scores / penalty(lengths), axis=-1), "int32")
     return ops.take_along_axis(sequences, choice[:, None, None], axis=1)[:, 0, :]
 
@@ -400,10 +473,10 @@ def _compiled(model) -> dict:
             "cross_caches": model.cross_attention_caches,
             "step": model.decode_step,
             "forward": lambda source, prefix: model({"source": source, "target_in": prefix}, training=False)[:, -1, :],
-            "greedy_loop": lambda source, max_length, limits, buffer, stop_at_end: _greedy_loop(
-                model, source, max_length, limits, buffer, stop_at_end),
-            "beam_loop": lambda source, max_length, limits, length_penalty, buffer, width, stop_at_end: _beam_loop(
-                model, source, max_length, limits, length_penalty, buffer, width, stop_at_end),
+            "greedy_loop": lambda source, max_length, limits, buffer, stop_at_end, max_repeat: _greedy_loop(
+                model, source, max_length, limits, buffer, stop_at_end, max_repeat),
+            "beam_loop": lambda source, max_length, limits, length_penalty, buffer, width, stop_at_end, max_repeat: (
+                _beam_loop(model, source, max_length, limits, length_penalty, buffer, width, stop_at_end, max_repeat)),
         }
         if COMPILE and keras.backend.backend() == "tensorflow":
             import tensorflow as tf  # generation plumbing only; the model itself is keras.ops

@@ -64,6 +64,9 @@ TINY_CORPUS_PAIRS = 10
 STATE_FILE = "state.json"
 TEST_TRANSLATIONS_FILE = "test_translations.json"
 AUTO_LENGTH_RANGE = (8, 128)  # an automatic max_length stays within these subword counts
+# Decoding never puts more than this many copies of a word or a span of subwords back to back
+# (``max_repeat``; 0 turns the limit off): real sentences do not, looping models do.
+MAX_REPEAT = 3
 
 # A path to source<TAB>target lines, or (source, target) tuples / Pairs in memory.
 PairData = str | os.PathLike | Sequence[Pair | tuple[str, str]]
@@ -162,11 +165,12 @@ def _check_shared_table(share_embeddings: bool, shared_vocab) -> None:
         raise BadInput("{field} needs one vocabulary for both sides: set shared_vocab too", field="share_embeddings")
 
 
-def check_decoding(beam: int, batch_size: int) -> None:
-    """Reject a ``beam`` or ``batch_size`` below 1 (before a model is loaded or run)."""
-    for name, value in (("beam", beam), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise BadInput(f"{{field}} must be at least 1, not {value}", field=name)
+def check_decoding(beam: int, batch_size: int, max_repeat: int = MAX_REPEAT) -> None:
+    """Reject a ``beam`` or ``batch_size`` below 1 or a ``max_repeat`` below 0 (before a model is
+    loaded or run)."""
+    for name, value, least in (("beam", beam, 1), ("batch_size", batch_size, 1), ("max_repeat", max_repeat, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise BadInput(f"{{field}} must be at least {least}, not {value}", field=name)
 
 
 # --- reading pairs ---------------------------------------------------------------------------------
@@ -644,7 +648,7 @@ class Translator(TaskModel):
     """A translation model with its source and target vocabularies (the same object when shared)."""
 
     task = TASK
-    parameters = {"beam": 1}
+    parameters = {"beam": 1, "max_repeat": MAX_REPEAT}
 
     def __init__(self, model, source_vocab, target_vocab, folder: str | os.PathLike, manifest: dict | None = None):
         super().__init__(Path(folder), manifest or {})
@@ -685,7 +689,7 @@ class Translator(TaskModel):
         ids = self.source_vocab.encode([normalize_text(t) for t in texts])
         return [seq[: self.max_source_length] or [UNK_ID] for seq in ids]
 
-    def _decode(self, sources: list[list[int]], beam: int, batch_size: int) -> list[str]:
+    def _decode(self, sources: list[list[int]], beam: int, batch_size: int, max_repeat: int) -> list[str]:
         """Translations of subword-id sources, in their order. Batches hold similar lengths, so
         little time goes to padding; each is ``(batch, width)`` with ``width`` a bucket."""
         import numpy as np
@@ -699,9 +703,10 @@ class Translator(TaskModel):
             max_length = self._decode_length(ids)
             limits = self.decode_limits([len(sources[i]) for i in batch])
             if beam == 1:
-                generated = greedy_decode(self.model, ids, max_length, row_limits=limits)
+                generated = greedy_decode(self.model, ids, max_length, row_limits=limits, max_repeat=max_repeat)
             else:
-                generated = beam_search(self.model, ids, max_length, beam_width=beam, row_limits=limits)
+                generated = beam_search(self.model, ids, max_length, beam_width=beam, row_limits=limits,
+                                        max_repeat=max_repeat)
             for row, text in zip(batch, self.target_vocab.decode(np.asarray(generated)), strict=True):
                 results[row] = text
         return results
@@ -717,45 +722,50 @@ class Translator(TaskModel):
         width = next((w for w in widths if w >= ids.shape[1]), ids.shape[1])
         return int(min(self.max_target_length, 2 * width + 8))
 
-    def translate(self, texts: Sequence[str], *, beam: int = 1, batch_size: int = 64) -> list[str]:
-        """Translate each text (greedy when ``beam`` is 1, else beam search); blank texts give ''."""
+    def translate(self, texts: Sequence[str], *, beam: int = 1, batch_size: int = 64,
+                  max_repeat: int = MAX_REPEAT) -> list[str]:
+        """Translate each text (greedy when ``beam`` is 1, else beam search); blank texts give ''.
+        No word or span of up to 8 subwords appears more than ``max_repeat`` times in a row in a
+        translation (0: no limit; see :data:`MAX_REPEAT`)."""
         texts = check_texts(texts)
-        check_decoding(beam, batch_size)
+        check_decoding(beam, batch_size, max_repeat)
         results = [""] * len(texts)
         todo = [i for i, text in enumerate(texts) if text.strip()]
         if todo:
-            decoded = self._decode(self.encode_sources([texts[i] for i in todo]), beam, batch_size)
+            decoded = self._decode(self.encode_sources([texts[i] for i in todo]), beam, batch_size, max_repeat)
             for i, text in zip(todo, decoded, strict=True):
                 results[i] = text
         return results
 
-    def score(self, pairs: Sequence[Pair], *, beam: int = 1, batch_size: int = 64) -> tuple[dict, list[str]]:
+    def score(self, pairs: Sequence[Pair], *, beam: int = 1, batch_size: int = 64,
+              max_repeat: int = MAX_REPEAT) -> tuple[dict, list[str]]:
         """BLEU, chrF, exact match, ``repetition`` (share of translations in which a word or a
-        target subword repeats more than 3 times in a row), ``n``, ``beam`` and ``decode_seconds``
-        of the translations of ``pairs``; also the translations."""
+        target subword repeats more than 3 times in a row), ``n``, ``beam``, ``max_repeat`` and
+        ``decode_seconds`` of the translations of ``pairs`` (decoded as :meth:`translate`); also
+        the translations."""
         from kformer.metrics import repetition_share, translation_scores
 
         start = time.monotonic()
-        hypotheses = self.translate([p.source for p in pairs], beam=beam, batch_size=batch_size)
+        hypotheses = self.translate([p.source for p in pairs], beam=beam, batch_size=batch_size, max_repeat=max_repeat)
         seconds = time.monotonic() - start
         scores = translation_scores(hypotheses, [p.target for p in pairs])
         scores["repetition"] = repetition_share(hypotheses, self.target_vocab.encode(hypotheses))
-        scores.update(beam=beam, decode_seconds=round(seconds, 2))
+        scores.update(beam=beam, max_repeat=max_repeat, decode_seconds=round(seconds, 2))
         return scores, hypotheses
 
     def evaluate(self, data: PairData, *, beam: int = 1, batch_size: int = 64, out: str | os.PathLike | None = None,
-                 limit: int | None = None) -> dict:
+                 limit: int | None = None, max_repeat: int = MAX_REPEAT) -> dict:
         """Scores (as :meth:`score`) of the translations of ``data`` (a pairs file or pairs in
         memory; the first ``limit`` only, when given). With ``out``, also writes
         ``out/scores.json`` and ``out/translations.json`` (source, reference, translation)."""
         from kformer.artifacts import staged_folder, write_json_atomic
 
-        check_decoding(beam, batch_size)
+        check_decoding(beam, batch_size, max_repeat)
         pairs = read_pair_data(data, "data")
         if limit is not None:
             _at_least("limit", limit, 1)
             pairs = pairs[:limit]
-        scores, hypotheses = self.score(pairs, beam=beam, batch_size=batch_size)
+        scores, hypotheses = self.score(pairs, beam=beam, batch_size=batch_size, max_repeat=max_repeat)
         if out is not None:
             with staged_folder(Path(out)) as stage:
                 write_json_atomic(stage / "scores.json", scores)
@@ -763,13 +773,16 @@ class Translator(TaskModel):
         return scores
 
     def predict_instances(self, instances: list[str], parameters: dict[str, Any] | None = None) -> list[dict]:
-        """``{"translation": ...}`` per input sentence (parameters: ``beam``)."""
+        """``{"translation": ...}`` per input sentence (parameters: ``beam``, ``max_repeat``)."""
         parameters = self.check_parameters(parameters)
         instances = check_texts(instances, "instances")
-        beam = parameters["beam"]
-        if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
-            raise BadInput(f"{{field}} must be a whole number of at least 1, not {beam!r}", field="parameters.beam")
-        return [{"translation": text} for text in self.translate(instances, beam=beam)]
+        for name, least in (("beam", 1), ("max_repeat", 0)):
+            value = parameters[name]
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise BadInput(f"{{field}} must be a whole number of at least {least}, not {value!r}",
+                               field=f"parameters.{name}")
+        return [{"translation": text}
+                for text in self.translate(instances, beam=parameters["beam"], max_repeat=parameters["max_repeat"])]
 
     def attention_maps(self, text: str) -> AttentionMaps:
         """Translate ``text`` greedily; encoder, decoder-self and cross attention of every layer and
@@ -785,7 +798,7 @@ class Translator(TaskModel):
         source = self.encode_sources([text])
         padded = pad_batch(source, limit=self.max_source_length)  # decoded exactly as translate() does
         generated = greedy_decode(self.model, padded, self._decode_length(padded),
-                                  row_limits=self.decode_limits([len(source[0])]))[0]
+                                  row_limits=self.decode_limits([len(source[0])]), max_repeat=MAX_REPEAT)[0]
         # the decoder reads [START] + output: a translation that never ended is cut to fit
         output = strip_special(generated)[: self.max_target_length - 1]
         source = np.array(source, dtype="int32")
@@ -809,7 +822,7 @@ class Translator(TaskModel):
 
         for batch, width in decode_shapes(self.model):
             ids = np.full((batch, width), END_ID + 1, dtype="int32")  # any ordinary piece
-            greedy_decode(self.model, ids, self._decode_length(ids))
+            greedy_decode(self.model, ids, self._decode_length(ids), max_repeat=MAX_REPEAT)
 
 
 def load(folder: str | os.PathLike) -> Translator:
