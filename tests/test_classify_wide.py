@@ -226,7 +226,8 @@ def wide_folder(tmp_path_factory):
         patch.setattr(classify, "_fit", lambda c, config, *a: budgets.append(config.max_minutes) or fitted_by(c, config, *a))
         result = classify.train(settings, train, root / "model", valid=valid, test=test)
     assert result.config.wide is True  # auto: a scratch backbone
-    assert budgets == [3.5] and result.config.max_minutes == 5  # the network got what was left
+    # the network got what was left: 5 min - 90 s for the fit - 90 s x 200/160 rows for the refit
+    assert budgets == [pytest.approx(5 - 1.5 * (1 + 200 / 160))] and result.config.max_minutes == 5
     return root / "model", valid, test
 
 
@@ -247,12 +248,18 @@ def test_folder_predicts_the_mix_of_its_two_parts(wide_folder):
     assert manifest["wide"]["rule"] == "geometric"
     np.testing.assert_allclose(mixed, mix(deep, wide, weight), atol=1e-5)
 
-    # the weight is the grid's lowest validation log-loss, and each part's accuracy is recorded
-    rows = classify.as_labelled(str(valid))
+    # the weight is the grid's lowest validation log-loss of the part fitted on the training texts;
+    # the folder saves that part fitted again on training + validation texts (same C)
+    rows, train = classify.as_labelled(str(valid)), classify.as_labelled(str(folder.parent / "train.csv"))
     index = {label: i for i, label in enumerate(model.labels)}
     truth = np.array([index[label] for label in rows.labels])
-    chosen, table = choose_weight(model.probabilities(rows.texts), WidePart.load(folder).probabilities(rows.texts), truth)
+    before = classify_wide.fit(train.texts, train.labels, model.labels)
+    chosen, table = choose_weight(model.probabilities(rows.texts), before.probabilities(rows.texts), truth)
     assert chosen == weight and table == metrics["wide"]["valid_by_weight"]
+    refitted = classify_wide.fit([*train.texts, *rows.texts], [*train.labels, *rows.labels], model.labels)
+    np.testing.assert_allclose(WidePart.load(folder).probabilities(texts), refitted.probabilities(texts), atol=1e-5)
+    assert not np.allclose(before.probabilities(texts), refitted.probabilities(texts), atol=1e-3)
+    assert metrics["wide"]["refit"]["rows"] == 200
     assert table[f"{weight:.2f}"]["log_loss"] <= min(table["0.00"]["log_loss"], table["1.00"]["log_loss"])
     parts = metrics["wide"]["valid_accuracy"]
     assert metrics["wide"]["C"] == classify_wide.C and metrics["wide"]["valid_by_c"] is None  # several queues: one C

@@ -289,3 +289,30 @@ def test_frozen_backbone_trains_only_the_head_on_cached_vectors(tmp_path):
     probs = model.probabilities(["my card has not arrived 3", "refund please 4"])
     assert probs.argmax(axis=1).tolist() == [model.labels.index("card"), model.labels.index("refund")]
     assert result.metrics["valid"]["accuracy"] == 1.0
+
+
+def test_freeze_token_embedding_trains_all_but_the_pretrained_token_table(tmp_path):
+    """A pretrained folder (a tiny KerasHub preset) fine-tuned with ``freeze_token_embedding``: the
+    saved token table is the folder's, the encoder's weights moved; a scratch backbone is refused."""
+    import keras_hub
+
+    from kformer.errors import BadInput
+    from kformer.tasks import classify
+
+    folder = tmp_path / "tiny-bert"
+    pretrained = keras_hub.models.BertBackbone(vocabulary_size=len(VOCABULARY), num_layers=1, num_heads=2,
+                                               hidden_dim=16, intermediate_dim=32, max_sequence_length=32)
+    pretrained.save_to_preset(str(folder))
+    keras_hub.models.BertTokenizer(vocabulary=VOCABULARY, lowercase=True).save_to_preset(str(folder))
+    rows = [("my card has not arrived " + str(i % 9), "card") for i in range(40)]
+    rows += [("refund please " + str(i % 9), "refund") for i in range(40)]
+    settings = {"backbone": str(folder), "freeze_token_embedding": True, "max_length": 16, "epochs": 2,
+                "batch_size": 16, "learning_rate": 1e-2}
+    classify.train(settings, ([t for t, _ in rows], [lb for _, lb in rows]), tmp_path / "out")
+    trained = classify.load(tmp_path / "out").model.backbone
+    np.testing.assert_array_equal(trained.token_embedding.get_weights()[0], pretrained.token_embedding.get_weights()[0])
+    moved = [np.abs(a - b).max() for a, b in zip(trained.transformer_layers[0].get_weights(),
+                                                  pretrained.transformer_layers[0].get_weights(), strict=True)]
+    assert max(moved) > 1e-3
+    with pytest.raises(BadInput, match="pretrained BERT backbone"):
+        classify.ClassifyConfig(backbone="bert-scratch", freeze_token_embedding=True)

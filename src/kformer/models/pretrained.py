@@ -60,6 +60,7 @@ def build_bert_classifier(
     ff_dim: int = 512,
     dropout: float = 0.1,
     pooling: str = "mean",
+    freeze_token_embedding: bool = False,
 ):
     """A ``keras_hub.models.BertTextClassifier`` (softmax) that takes raw strings.
 
@@ -68,7 +69,8 @@ def build_bert_classifier(
     weights and that model's own vocabulary. ``pooling="mean"`` averages the token vectors over
     the non-padding tokens (:class:`~kformer.models.bert_classifier.MeanPoolBertClassifier`, how
     sentence-transformers models such as all-MiniLM-L6-v2 were trained); ``"cls"`` uses the
-    backbone's ``[CLS]`` pooler (KerasHub's own classifier).
+    backbone's ``[CLS]`` pooler (KerasHub's own classifier). ``freeze_token_embedding`` keeps the
+    backbone's token embedding table ``(vocabulary, dim)`` as loaded (not trained).
     """
     _offline()
     import keras_hub
@@ -97,6 +99,8 @@ def build_bert_classifier(
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
             raise KformerError(f"cannot load a BERT backbone from {source} ({reason})") from None
         max_length = min(max_length, int(bert.max_sequence_length))
+    if freeze_token_embedding:
+        bert.token_embedding.trainable = False
     preprocessor = keras_hub.models.BertTextClassifierPreprocessor(tokenizer, sequence_length=max_length)
     if pooling == "mean":
         from kformer.models.bert_classifier import MeanPoolBertClassifier as classifier
