@@ -120,7 +120,7 @@ class ClassifyConfig:
         "training/) and only the head is trained")
     freeze_token_embedding: bool = setting(
         False, "model", "pretrained BERT backbones: keep the token embedding table as loaded while the rest "
-        "fine-tunes (MiniLM: its 11.7M rows are half the weights, so a step costs ~13 % less)")
+        "fine-tunes (MiniLM: 11.7M of its 22.7M weights)")
     wide: bool | Auto = setting(
         AUTO, "model", "also fit a TF-IDF n-gram + logistic regression part on the training split and mix its "
         "probabilities with the network's by a weight chosen on validation (auto: on for scratch backbones, off for "
