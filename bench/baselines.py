@@ -122,7 +122,8 @@ def wide_columns(out_dir: Path) -> dict:
     """A kformer row's columns for each part of a run with a wide n-gram part (metrics.json
     ``"wide"``): test accuracy of the Transformer alone and of the wide part alone (the row's own
     accuracy is their mix), the mix weight, the wide part's ``C`` (and naive-Bayes scaling) and its
-    fitting seconds. ``{"wide weight": "off"}`` for a run without one."""
+    fitting seconds (the fit, plus the refit on training + validation texts where the run made one:
+    both inside max_minutes). ``{"wide weight": "off"}`` for a run without one."""
     import json
 
     wide = json.loads((Path(out_dir) / "metrics.json").read_text(encoding="utf-8")).get("wide") or {}
@@ -131,7 +132,7 @@ def wide_columns(out_dir: Path) -> dict:
         return {"wide weight": "off" if not wide else f"skipped: {wide.get('skipped')}"}
     return {"transformer alone": tested["transformer"], "wide alone": tested["wide"], "wide weight": wide["weight"],
             "wide C": f"{wide.get('C', '')}{' NB' if wide.get('naive_bayes') else ''}",
-            "wide_fit_s": wide["fit_seconds"]}
+            "wide_fit_s": wide["fit_seconds"] + (wide.get("refit") or {}).get("seconds", 0.0)}
 
 
 def limited_copy(path: Path, limit: int | None, folder: Path) -> Path:

@@ -8,7 +8,8 @@ early stopping patience 1) runs first; kformer's recipe then gets no more traini
 lesson took (``max_minutes``), as the issue asks; ``--minutes M`` skips the lesson and gives it M
 minutes instead (the best-recipe target: <= 15). A recipe with a wide n-gram part (``wide = true``:
 the ``imdb`` recipes) fits it inside that budget, before the network: the kformer row's train_s
-is the network's fit plus the wide part's (wide_fit_s), and its columns give each part's test
+is the network's fit plus the wide part's (wide_fit_s: its fit and its refit on training +
+validation texts), and its columns give each part's test
 accuracy alone. ``--limit N`` keeps N rows of each file (smoke runs); ``--no-record`` prints
 instead of appending to BENCHMARKS.md.
 """

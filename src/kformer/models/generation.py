@@ -407,13 +407,10 @@ def _beam_loop(model, source, max_length, limits, length_penalty, buffer: int, w
             log_probs = log_probs + ops.cast(_repeat_penalty(recent, runs, max_repeat, vocab), _SCORE_DTYPE)
         log_probs = ops.reshape(log_probs, (-1, width, vocab))
         log_probs = ops.where(finished[..., None], pad_only[None, None, :], log_probs)
-        if TWO_STAGE_TOP_K:
-            scores, parents, next_ids = _beam_top_k(scores[..., None] + log_probs, width)
-        else:
-            candidates = ops.reshape(scores[..., None] + log_probs, (-1, width * vocab))
-            scores, best = ops.top_k(candidates, width)
-            best = ops.cast(best, "int32")
-            parents, next_ids = best // vocab, best % vocab
+        candidates = ops.reshape(scores[..., None] + log_probs, (-1, width * vocab))
+        scores, best = ops.top_k(candidates, width)
+        best = ops.cast(best, "int32")
+        parents, next_ids = best // vocab, best % vocab
         sequences = ops.take_along_axis(sequences, parents[..., None], axis=1)
         sequences = ops.slice_update(sequences, (0, 0, index), next_ids[..., None])
         was_finished = ops.take_along_axis(finished, parents, axis=1)
@@ -442,23 +439,6 @@ def _beam_loop(model, source, max_length, limits, length_penalty, buffer: int, w
     _, _, sequences, scores, _, _, lengths, _, _ = ops.while_loop(cond, body, start)
     choice = ops.cast(ops.argmax(scores / penalty(lengths), axis=-1), "int32")
     return ops.take_along_axis(sequences, choice[:, None, None], axis=1)[:, 0, :]
-
-
-TWO_STAGE_TOP_K = True
-
-
-def _beam_top_k(candidates, width: int):
-    """The ``width`` best of each example's ``(batch, width, vocab)`` candidate scores, as
-    ``(scores, parents, next_ids)`` ``(batch, width)`` each, best first: each candidate row's own
-    top ``width`` first, then the best of those ``width * width`` -- the same answer (ties too: lower
-    parent, then lower id first) as one top-k over ``width * vocab`` scores."""
-    per_row = min(width, candidates.shape[-1])
-    row_scores, row_ids = ops.top_k(candidates, per_row)  # (batch, width, per_row)
-    batch = ops.shape(candidates)[0]
-    scores, best = ops.top_k(ops.reshape(row_scores, (batch, width * per_row)), width)
-    best = ops.cast(best, "int32")
-    next_ids = ops.take_along_axis(ops.reshape(ops.cast(row_ids, "int32"), (batch, width * per_row)), best, axis=1)
-    return scores, best // per_row, next_ids
 
 
 def _decided(scores, finished, lengths, penalty, steps, limits, minus_inf):
