@@ -204,6 +204,9 @@ def test_auto_turns_it_on_for_scratch_only_and_recipes_keep_it_off():
     assert explicit.wide is False and "wide" not in auto.to_json()
     # a recipe that does not name it trains as it was measured: no wide part, unless a flag says so
     assert make_config(ClassifyConfig, "classify", "tickets").wide is False
+    # the refit on training + validation texts: off unless asked for (the recipes measured with it ask)
+    assert ClassifyConfig().wide_refit is False and make_config(ClassifyConfig, "classify", "imdb").wide_refit is False
+    assert make_config(ClassifyConfig, "classify", "banking77-minilm").wide_refit is True
     assert make_config(ClassifyConfig, "classify", "tickets", {"wide": True}).wide is True
     from kformer.cli import build_parser
 
@@ -218,7 +221,7 @@ def wide_folder(tmp_path_factory):
     train, valid, test = (write_tickets(root / f"{name}.csv", n, seed=s)
                           for name, n, s in (("train", 160, 1), ("valid", 40, 2), ("test", 40, 3)))
     settings = {"epochs": 1, "dim": 16, "ff_dim": 32, "vocab_size": 200, "max_length": 16, "batch_size": 32,
-                "seed": 1, "max_minutes": 5}
+                "seed": 1, "max_minutes": 5, "wide_refit": True}
     budgets = []  # --max-minutes counts the wide part, fitted first: say it took 90 s
     fitted, fitted_by = classify_wide.fit_timed, classify._fit
     with pytest.MonkeyPatch.context() as patch:

@@ -126,8 +126,8 @@ class ClassifyConfig:
         "probabilities with the network's by a weight chosen on validation (auto: on for scratch backbones, off for "
         "pretrained ones and freeze; a recipe that does not name it: off)")
     wide_refit: bool = setting(
-        True, "model", "once the mix weight is chosen, fit the wide part again on the training and validation "
-        "texts together (same C; its time counts in max_minutes)")
+        False, "model", "once the mix weight is chosen, fit the wide part again on the training and validation "
+        "texts together (same C; its time counts in max_minutes; on in the banking77-minilm and imdb-best recipes)")
     wide_ngrams: int = setting(2, "model", "longest word n-gram of the wide part: 1 (words), 2 (words and word "
                                "pairs) or 3 (also triples: on IMDB +0.3 points for the part alone, twice its fit time)")
     dim: int | Auto = setting(AUTO, "model", "model width (auto: 128; 64 for few rows or long texts)")
