@@ -165,12 +165,12 @@ def _check_shared_table(share_embeddings: bool, shared_vocab) -> None:
         raise BadInput("{field} needs one vocabulary for both sides: set shared_vocab too", field="share_embeddings")
 
 
-def check_decoding(beam: int, batch_size: int, max_repeat: int = MAX_REPEAT) -> None:
+def check_decoding(beam: int, batch_size: int, max_repeat: int = MAX_REPEAT, prefix: str = "") -> None:
     """Reject a ``beam`` or ``batch_size`` below 1 or a ``max_repeat`` below 0 (before a model is
-    loaded or run)."""
+    loaded or run); the error's field is ``prefix`` + the name (``"parameters."`` for a request)."""
     for name, value, least in (("beam", beam, 1), ("batch_size", batch_size, 1), ("max_repeat", max_repeat, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise BadInput(f"{{field}} must be at least {least}, not {value}", field=name)
+            raise BadInput(f"{{field}} must be at least {least}, not {value!r}", field=prefix + name)
 
 
 # --- reading pairs ---------------------------------------------------------------------------------
@@ -776,11 +776,7 @@ class Translator(TaskModel):
         """``{"translation": ...}`` per input sentence (parameters: ``beam``, ``max_repeat``)."""
         parameters = self.check_parameters(parameters)
         instances = check_texts(instances, "instances")
-        for name, least in (("beam", 1), ("max_repeat", 0)):
-            value = parameters[name]
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise BadInput(f"{{field}} must be a whole number of at least {least}, not {value!r}",
-                               field=f"parameters.{name}")
+        check_decoding(parameters["beam"], 1, parameters["max_repeat"], prefix="parameters.")
         return [{"translation": text}
                 for text in self.translate(instances, beam=parameters["beam"], max_repeat=parameters["max_repeat"])]
 
