@@ -221,15 +221,24 @@ def test_no_batching_calls_the_model_once_per_request():
 
 
 def _blocking_model(gate: threading.Event):
-    """A FakeClassifier whose model call for the instance "block" waits (up to 10 s) for ``gate``."""
+    """A FakeClassifier whose model call for the instance "block" waits (up to 10 s) for ``gate``;
+    its ``stuck`` event is set once the inference thread is inside that call."""
 
     class Blocking(FakeClassifier):
+        stuck = threading.Event()
+
         def predict_instances(self, instances, parameters=None):
             if instances[0] == "block":
+                self.stuck.set()
                 gate.wait(10)
             return super().predict_instances(instances, parameters)
 
     return Blocking()
+
+
+async def _until_stuck(model) -> None:
+    """Wait (up to 10 s) until the inference thread is blocked inside ``model``'s "block" call."""
+    assert await asyncio.to_thread(model.stuck.wait, 10), "the inference thread never took the blocking job"
 
 
 def test_full_queue_is_503_and_late_answers_are_504_and_skipped():
@@ -244,9 +253,12 @@ def test_full_queue_is_503_and_late_answers_are_504_and_skipped():
                 return client.post("/v1/models/m:predict", json={"instances": [text]})
 
             first = asyncio.create_task(post("block"))
-            await asyncio.sleep(0.1)  # the inference thread is now stuck on "block"
+            await _until_stuck(model)
             queued = [asyncio.create_task(post(f"q{i}")) for i in range(2)]
-            await asyncio.sleep(0.1)
+            for _ in range(40):  # until both wait in the queue
+                if app_depth(client) == 2:
+                    break
+                await asyncio.sleep(0.01)
             full = await post("one too many")
             assert error_of(full, 503)["error"].startswith("the queue is full") and full.headers["Retry-After"] == "1"
             results = await asyncio.gather(first, *queued)
@@ -295,7 +307,7 @@ def test_a_client_that_disconnects_is_skipped():
     async def body():
         async with serving({"m": model}, ServeConfig(batching=False)) as (client, app):
             first = asyncio.create_task(client.post("/v1/models/m:predict", json={"instances": ["block"]}))
-            await asyncio.sleep(0.1)
+            await _until_stuck(model)
             assert await gone_client(app) == 499
             gate.set()
             assert (await first).status_code == 200

@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Iterator, Mapping
+from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any
 
@@ -105,21 +106,21 @@ class Service:
         finally:
             self.arriving -= 1
 
-    def submit_predict(self, name: str, instances: list[str], parameters: dict[str, Any]) -> asyncio.Future:
+    def submit_predict(self, name: str, instances: list[str], parameters: dict[str, Any]) -> Future:
         """Queue a prediction; :meth:`answer` waits for it."""
         parameters = self.served(name).model.check_parameters(parameters)
         return self._submit(name, PREDICT, instances, parameters)
 
-    def submit_explain(self, name: str, text: str) -> asyncio.Future:
+    def submit_explain(self, name: str, text: str) -> Future:
         """Queue attention maps for one input; :meth:`answer` waits for them."""
         self.served(name)
         return self._submit(name, EXPLAIN, [text], {})
 
-    def _submit(self, name: str, kind: str, instances: list[str], parameters: dict) -> asyncio.Future:
+    def _submit(self, name: str, kind: str, instances: list[str], parameters: dict) -> Future:
         job = Job(name, kind, instances, parameters, deadline=time.monotonic() + self.config.timeout_s)
-        return asyncio.wrap_future(self.worker.submit(job))
+        return self.worker.submit(job)
 
-    async def answer(self, future: asyncio.Future, gone: Awaitable | None = None) -> tuple[list, str]:
+    async def answer(self, job: Future, gone: Awaitable | None = None) -> tuple[list, str]:
         """The results of a queued job and the model version that made them.
 
         Past ``timeout_s`` the answer is 504; if ``gone`` (an awaitable that ends when the client
@@ -127,11 +128,15 @@ class Service:
         skips it if it has not started.
         """
         timeout = self.config.timeout_s
+        future = asyncio.wrap_future(job)
         watcher = asyncio.ensure_future(gone) if gone is not None else None
         try:
             done, _ = await asyncio.wait({future} | ({watcher} if watcher else set()), timeout=timeout,
                                          return_when=asyncio.FIRST_COMPLETED)
             if future not in done:
+                # cancel the worker's future itself, now: cancelling only the asyncio wrapper passes
+                # it on in a later loop turn, by which time the inference thread may have taken the job
+                job.cancel()
                 future.cancel()
                 if watcher is not None and watcher in done:
                     raise ClientGone("the client closed the connection before the answer was ready", field=None)
