@@ -132,6 +132,21 @@ def test_warmup_decodes_every_decode_shape(runs, monkeypatch):
     assert sorted(seen) == sorted((*shape, translate.MAX_REPEAT) for shape in generation.decode_shapes(translator.model))
 
 
+def test_warmup_with_beams_readies_what_beam_translations_meet(runs):
+    from kformer.models import generation
+
+    translator = translate.load(runs["out"])
+    translator.warmup(beams=(1, 3))
+    compiled = generation._compiled(translator.model)
+    warmed = set(compiled["beam_shapes"])
+    assert {shape[:2] for shape in warmed} == set(generation.decode_shapes(translator.model))
+    assert {shape[3] for shape in warmed} == {3}
+    translator.translate(["three one", "two"], beam=3)  # a short batch: a shape warmup already compiled
+    assert compiled["beam_shapes"] == warmed
+    with pytest.raises(BadInput, match="beam"):
+        translator.warmup(beams=(0,))
+
+
 def test_attention_maps_are_arrays_labelled_with_pieces(runs):
     translator = translate.load(runs["out"])
     maps = translator.attention_maps("three one")

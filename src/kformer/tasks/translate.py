@@ -809,16 +809,25 @@ class Translator(TaskModel):
             output=self.target_vocab.decode([generated])[0],
         )
 
-    def warmup(self) -> None:
-        """Decode once per decode shape (batch and width bucket), so no request waits for a compile."""
+    def warmup(self, beams: Sequence[int] = (1,)) -> None:
+        """Decode once per decode shape (batch and width bucket) and beam width in ``beams``
+        (1 = greedy, what a request gets by default), with the default repeat limit, so no request
+        decoding that way waits for a compile. ``warmup(beams=(1, 4))`` also readies beam 4 (each
+        beam width compiles its own loop: seconds per shape)."""
         import numpy as np
 
-        from kformer.models.generation import decode_shapes, greedy_decode
+        from kformer.models.generation import beam_search, decode_shapes, greedy_decode
         from kformer.text.specials import END_ID
 
-        for batch, width in decode_shapes(self.model):
-            ids = np.full((batch, width), END_ID + 1, dtype="int32")  # any ordinary piece
-            greedy_decode(self.model, ids, self._decode_length(ids), max_repeat=MAX_REPEAT)
+        for beam in beams:
+            check_decoding(beam, 1)
+        for beam in dict.fromkeys(beams):
+            for batch, width in decode_shapes(self.model):
+                ids = np.full((batch, width), END_ID + 1, dtype="int32")  # any ordinary piece
+                if beam == 1:
+                    greedy_decode(self.model, ids, self._decode_length(ids), max_repeat=MAX_REPEAT)
+                else:
+                    beam_search(self.model, ids, self._decode_length(ids), beam_width=beam, max_repeat=MAX_REPEAT)
 
 
 def load(folder: str | os.PathLike) -> Translator:
