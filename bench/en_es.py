@@ -3,11 +3,13 @@
     flock /tmp/kformer-bench.lock .venv/bin/python -m bench.en_es [--minutes 15]
 
 2,000 pairs are held out at random (seed 0; the file is sorted by length, so the split
-shuffles). Three systems, built from the same training pairs in the same run:
+shuffles). Three systems and a floor, built from the same training pairs in the same run:
 
 - a translation memory: the Spanish side of the training pair whose English is nearest to the
   test sentence (TF-IDF word 1-2 grams, cosine) -- cheap, honest, and strong on this corpus,
   where many sentences nearly repeat;
+- a floor: for each test sentence the target of a training pair drawn at random (what fluent
+  in-domain text earns by chance; a model below it has learned no translation yet);
 - the Keras "English-to-Spanish translation with KerasHub" example's recipe
   (``bench/keras_translation_example.py``), trained for ``--minutes`` and decoded greedily;
 - kformer's recipe, trained for ``--minutes``, decoded greedily and with beam 4 (``decode_s`` of
@@ -64,6 +66,15 @@ def retrieval_baseline(name: str, train, test) -> dict:
         nearest = np.asarray((queries @ memory.T).argmax(axis=1)).ravel()
         hypotheses = [train[i].target for i in nearest]
     return {"system": name, **_scores(hypotheses, test), "train_s": timer.seconds, "decode": "nearest neighbour"}
+
+
+def random_target_row(name: str, train, test, seed: int = 0) -> dict:
+    """A floor: for each test source, the target of a training pair drawn at random (no model at
+    all; it scores what fluent in-domain text of typical length earns by chance)."""
+    import numpy as np
+
+    picks = np.random.default_rng(seed).integers(0, len(train), len(test))
+    return {"system": name, **_scores([train[i].target for i in picks], test), "decode": f"random (seed {seed})"}
 
 
 def _scores(hypotheses, test, pieces=None) -> dict:
@@ -148,14 +159,16 @@ def kformer_rows(name: str, train, test, recipe: str, minutes: float, settings: 
 
 def compare(train, test, recipe: str | None, minutes: float, settings: dict, valid_size: int = 500,
             curriculum_ab: bool = False, extra_train=(), keras_example: bool = True) -> list[dict]:
-    """The translation memory's row (from all of ``train`` and ``extra_train``), then the Keras
+    """The translation memory's row and the random-target floor (both from all of ``train`` and
+    ``extra_train``), then the Keras
     example's (unless ``keras_example`` is False) and kformer's (trained on ``train`` less
     ``valid_size`` pairs held out for validation, the same for both, plus ``extra_train``); with
     ``curriculum_ab`` kformer again with ``curriculum = true``. ``recipe`` None: kformer's auto
     settings."""
     from kformer.data.pairs import random_holdout
 
-    rows = [retrieval_baseline("translation memory (TF-IDF nearest neighbour)", [*train, *extra_train], test)]
+    rows = [retrieval_baseline("translation memory (TF-IDF nearest neighbour)", [*train, *extra_train], test),
+            random_target_row("random training target (floor)", [*train, *extra_train], test)]
     fit_pairs, valid = random_holdout(train, min(valid_size, max(len(train) // 20, 1)), seed=1)
     fit_pairs += list(extra_train)
     if keras_example:
