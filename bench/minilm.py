@@ -4,6 +4,7 @@ fine-tuning run behind the >= 94 % target.
     flock /tmp/kformer-bench.lock python -m bench.minilm                      # speed, then <= 14.5 min of training
     flock /tmp/kformer-bench.lock python -m bench.minilm --calibration        # + a held-out-intents --calibrate run
     python -m bench.minilm --skip-train                                        # speed only (a few minutes)
+    python -m bench.minilm --skip-train --skip-speed --folder runs/banking77   # a trained folder on each runtime
     python -m bench.minilm --skip-train --freeze banking77,hwu64,tickets       # speed + frozen-backbone runs
     python -m bench.minilm --texts 128 --train-rows 400 --test-rows 200 --minutes 0.5 --no-record   # smoke run
 
@@ -16,6 +17,8 @@ passes, alternating systems; tokenising is inside every timed pass.
   one traced TensorFlow Text function, sort by length, cut each batch of 64 to exactly its longest
   row, run the network as one TensorFlow graph that takes every shape (no XLA, nothing compiled
   per shape).
+- kformer with ``runtime onnx-int8``: the same, its network converted to ONNX Runtime with 8-bit
+  weights (``kformer serve --runtime onnx-int8``; conversion counted in its warm-up).
 - KerasHub: ``BertTextClassifier.predict(texts)``, its preprocessor padding every text to max length.
 
 Training (``banking77-minilm`` recipe, bounded by ``--minutes``): linear TF-IDF + SVM baseline and
@@ -38,21 +41,27 @@ N_INTENTS = 77
 
 
 def _speed(texts: list[str], max_length: int, batch_size: int, repeats: int) -> list[dict]:
-    """texts/s of kformer's MiniLM prediction and of plain KerasHub on the same texts."""
+    """texts/s of kformer's MiniLM prediction (Keras, and ONNX Runtime with 8-bit weights) and of
+    plain KerasHub on the same texts."""
     from kformer.models.pretrained import build_bert_classifier
+    from kformer.runtimes import use_runtime
     from kformer.tasks.classify import Classifier
 
     labels = [f"intent_{i}" for i in range(N_INTENTS)]  # speed does not depend on the head's training
-    kformer = Classifier(Path(tempfile.mkdtemp(prefix="kformer-minilm-")), {"labels": labels, "kind": "bert"},
-                         build_bert_classifier("minilm", N_INTENTS, max_length, pooling="mean"))
+    network = build_bert_classifier("minilm", N_INTENTS, max_length, pooling="mean")
+    manifest = {"labels": labels, "kind": "bert"}
+    kformer = Classifier(Path(tempfile.mkdtemp(prefix="kformer-minilm-")), manifest, network)
+    int8 = Classifier(Path(tempfile.mkdtemp(prefix="kformer-minilm-")), manifest, network)
     hub = build_bert_classifier("minilm", N_INTENTS, max_length, pooling="cls")  # keras_hub.models.BertTextClassifier
-    started = time.perf_counter()
-    kformer.warmup()
-    kformer.probabilities(texts, batch_size=batch_size)
-    kformer_warmup = time.perf_counter() - started
-    started = time.perf_counter()
-    hub.predict(texts, batch_size=batch_size, verbose=0)
-    hub_warmup = time.perf_counter() - started
+    warmups = {}
+    for name, ready, run in (("kformer", kformer.warmup, lambda: kformer.probabilities(texts, batch_size=batch_size)),
+                             ("int8", lambda: use_runtime(int8, "onnx-int8"),
+                              lambda: int8.probabilities(texts, batch_size=batch_size)),
+                             ("keras_hub", lambda: None, lambda: hub.predict(texts, batch_size=batch_size, verbose=0))):
+        started = time.perf_counter()
+        ready()
+        run()
+        warmups[name] = time.perf_counter() - started
 
     def timed(run):
         def measure() -> float:
@@ -63,6 +72,7 @@ def _speed(texts: list[str], max_length: int, batch_size: int, repeats: int) -> 
 
     values = interleaved_medians({
         "kformer": timed(lambda: kformer.probabilities(texts, batch_size=batch_size)),
+        "int8": timed(lambda: int8.probabilities(texts, batch_size=batch_size)),
         "keras_hub": timed(lambda: hub.predict(texts, batch_size=batch_size, verbose=0)),
     }, repeats)
     began = time.perf_counter()
@@ -70,15 +80,43 @@ def _speed(texts: list[str], max_length: int, batch_size: int, repeats: int) -> 
     tokenise = len(texts) / (time.perf_counter() - began)
     mean_pieces = float((ids != 0).sum(axis=1).mean())
     rows = []
-    for name, system, warmup in (("kformer", "kformer Classifier.probabilities (length-sorted, exact widths, graph)",
-                                  kformer_warmup),
-                                 ("keras_hub", "KerasHub BertTextClassifier.predict (padded to max length)", hub_warmup)):
+    for name, system in (("kformer", "kformer Classifier.probabilities (length-sorted, exact widths, graph)"),
+                         ("int8", "kformer, runtime onnx-int8 (ONNX Runtime, 8-bit weights; conversion in warmup_s)"),
+                         ("keras_hub", "KerasHub BertTextClassifier.predict (padded to max length)")):
         ordered = sorted(values[name])
         rows.append({"system": system, "texts_per_s": ordered[len(ordered) // 2], "min_texts_per_s": ordered[0],
-                     "max_texts_per_s": ordered[-1], "warmup_s": warmup})
+                     "max_texts_per_s": ordered[-1], "warmup_s": warmups[name]})
     rows[0]["tokenise_texts_per_s"] = tokenise
     rows[0]["mean_word_pieces"] = mean_pieces
-    rows[0]["speedup"] = f"{rows[0]['texts_per_s'] / rows[1]['texts_per_s']:.2f}x"
+    for row in rows[:2]:
+        row["speedup"] = f"{row['texts_per_s'] / rows[-1]['texts_per_s']:.2f}x"
+    return rows
+
+
+def _runtimes(folder: Path, test_path: Path, batch_size: int, repeats: int) -> list[dict]:
+    """Test accuracy and texts/s of a trained classifier folder on each runtime (its wide part, if
+    any, mixed in as always; the runtime changes only the network's part)."""
+    from kformer.runtimes import RUNTIMES, use_runtime
+    from kformer.tasks import classify
+
+    texts, labels = load(test_path)[:2]
+    rows = []
+    for runtime in RUNTIMES:
+        classifier = use_runtime(classify.load(folder), runtime)
+        classifier.warmup()
+        classifier.probabilities(texts, batch_size=batch_size)
+        speeds = []
+        for _ in range(repeats):
+            began = time.perf_counter()
+            probs = classifier.probabilities(texts, batch_size=batch_size)
+            speeds.append(len(texts) / (time.perf_counter() - began))
+        wide_part, classifier.wide = classifier.wide, None  # the network's part alone: the mix switched off
+        alone = classifier.probabilities(texts, batch_size=batch_size)
+        classifier.wide = wide_part
+        truth = [classifier.labels.index(label) for label in labels]
+        rows.append({"system": f"runtime {runtime}", "accuracy": float((probs.argmax(axis=1) == truth).mean()),
+                     "network_alone_accuracy": float((alone.argmax(axis=1) == truth).mean()),
+                     "texts_per_s": sorted(speeds)[len(speeds) // 2]})
     return rows
 
 
@@ -212,6 +250,9 @@ def main() -> None:
                         help="comma-separated datasets for --backbone minilm --freeze runs beside the linear baseline: "
                         "banking77, hwu64, tickets, imdb (imdb: 50,000 texts of up to 256 pieces through MiniLM, "
                         "slow on a CPU); default none")
+    parser.add_argument("--folder", type=Path, default=None,
+                        help="also score a trained BANKING77 classifier folder (e.g. a banking77-minilm run) on every "
+                        "runtime (keras, onnx, onnx-int8): test accuracy and texts/s")
     parser.add_argument("--no-record", action="store_true", help="print the tables; do not append to BENCHMARKS.md")
     args = parser.parse_args()
     frozen = [name.strip() for name in args.freeze.split(",") if name.strip()]
@@ -226,6 +267,13 @@ def main() -> None:
     if speed:
         record_or_print("MiniLM prediction speed: kformer vs plain KerasHub (issue 9)", speed, notes,
                         record=not args.no_record)
+    if args.folder is not None:
+        rows = _runtimes(args.folder, folder / "test.csv", args.batch_size, args.repeats)
+        notes = (f"Folder {args.folder} (a trained classifier) loaded once per runtime; accuracy on the 3,080 official "
+                 "test texts; network_alone_accuracy: the network's probabilities without the folder's wide part; "
+                 f"texts_per_s: median of {args.repeats} passes over all test texts (batch size {args.batch_size}, "
+                 "tokenising and the wide part included) after warmup() and one untimed pass.")
+        record_or_print("BANKING77 classifier on each runtime (issue 9)", rows, notes, record=not args.no_record)
     if frozen:
         rows = _freeze(frozen, args.minutes, args.train_rows, args.test_rows)
         notes = ("Frozen all-MiniLM-L6-v2: each text's mean-pooled vector computed once (run_wall_s includes it and "

@@ -131,6 +131,18 @@ def test_onnx_runtime_serves_the_same_predictions(folders, classifier):
         ServeConfig(runtime="tflite")
 
 
+def test_int8_runtime_quantizes_the_weights_and_keeps_the_predictions(folders, classifier):
+    from kformer import load
+    from kformer.runtimes import use_runtime
+
+    int8 = use_runtime(load(folders["tickets"]), "onnx-int8")
+    assert int8.metadata()["runtime"] == "onnx-int8"
+    exact, quantized = classifier.probabilities(TEXTS), int8.probabilities(TEXTS)
+    assert not np.allclose(quantized, exact, atol=1e-6)  # 8-bit weights: not the float network
+    np.testing.assert_allclose(quantized, exact, atol=0.05)
+    assert [p["label"] for p in int8.predict(TEXTS)] == [p["label"] for p in classifier.predict(TEXTS)]
+
+
 # --- translate and arithmetic ---------------------------------------------------------------------
 
 

@@ -1,8 +1,12 @@
-"""Where a classifier's predictions run: Keras (the default) or ONNX Runtime.
+"""Where a classifier's predictions run: Keras (the default), ONNX Runtime, or ONNX Runtime
+with 8-bit weights.
 
 ``use_runtime(model, "onnx")`` converts a loaded classifier's network to ONNX in memory (the
 same conversion as ``kformer export --format onnx``) and makes its ``predict`` /
-``probabilities`` run there; attention maps still come from the Keras model. Other tasks keep
+``probabilities`` run there; attention maps still come from the Keras model. ``"onnx-int8"``
+also quantizes the converted network's matrix weights to 8 bits (ONNX Runtime's dynamic
+quantization: activations are quantized per batch as they run): faster for large networks
+(a fine-tuned MiniLM), at a small cost in accuracy that BENCHMARKS.md measures. Other tasks keep
 Keras (their decoding loop is kformer's own). ``kformer serve --runtime`` calls it for every model.
 """
 
@@ -16,7 +20,7 @@ import numpy as np
 
 from kformer.errors import BadInput, Unsupported
 
-RUNTIMES = ("keras", "onnx")
+RUNTIMES = ("keras", "onnx", "onnx-int8")
 
 
 def check_runtime(runtime: str, field: str = "runtime") -> str:
@@ -28,9 +32,8 @@ def check_runtime(runtime: str, field: str = "runtime") -> str:
 class OnnxPredictor:
     """ids ``(batch, width)`` int32 -> probabilities ``(batch, classes)`` float32 with ONNX Runtime."""
 
-    name = "onnx"
-
-    def __init__(self, onnx_model: bytes, threads: int | None = None):
+    def __init__(self, onnx_model: bytes, threads: int | None = None, name: str = "onnx"):
+        self.name = name
         try:
             import onnxruntime as ort
         except ImportError:
@@ -44,18 +47,35 @@ class OnnxPredictor:
         self.input = self.session.get_inputs()[0].name
 
     @classmethod
-    def for_classifier(cls, classifier, threads: int | None = None) -> OnnxPredictor:
-        """Convert ``classifier``'s network (its ``serving_default`` export) to ONNX in memory."""
+    def for_classifier(cls, classifier, threads: int | None = None, int8: bool = False) -> OnnxPredictor:
+        """Convert ``classifier``'s network (its ``serving_default`` export) to ONNX in memory;
+        with ``int8``, its matrix weights quantized to 8 bits (:func:`quantize_int8`)."""
         from kformer.export import classifier_endpoint, onnx_file, require_onnx
 
         require_onnx()
         with tempfile.TemporaryDirectory(prefix="kformer-onnx-") as tmp:
             path = Path(tmp) / "model.onnx"
             onnx_file(classifier_endpoint(classifier), path, classifier.model)
-            return cls(path.read_bytes(), threads)
+            if int8:
+                path = quantize_int8(path, Path(tmp) / "model-int8.onnx")
+            return cls(path.read_bytes(), threads, "onnx-int8" if int8 else "onnx")
 
     def __call__(self, ids: np.ndarray) -> np.ndarray:
         return self.session.run(None, {self.input: np.asarray(ids, dtype="int32")})[0].astype("float32", copy=False)
+
+
+def quantize_int8(path: Path, out: Path) -> Path:
+    """ONNX Runtime's dynamic quantization of the model at ``path`` (MatMul/Gemm weights to 8 bits,
+    activations quantized per batch at run time), written to ``out``; returns ``out``.
+
+    Weights are unsigned like the activations: on CPUs without VNNI (AVX2 only) the signed-weight
+    kernel's 16-bit intermediate sums saturate, which cost a fine-tuned MiniLM on BANKING77 0.75
+    points of accuracy and ran slower; unsigned weights cost it none (BENCHMARKS.md).
+    """
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(str(path), str(out), weight_type=QuantType.QUInt8)
+    return out
 
 
 def use_runtime(model: Any, runtime: str) -> Any:
@@ -66,5 +86,6 @@ def use_runtime(model: Any, runtime: str) -> Any:
     check_runtime(runtime)
     if getattr(model, "task", None) != "classify":
         return model
-    model.predictor = None if runtime == "keras" else OnnxPredictor.for_classifier(model, thread_count())
+    model.predictor = None if runtime == "keras" else OnnxPredictor.for_classifier(
+        model, thread_count(), int8=runtime == "onnx-int8")
     return model

@@ -70,8 +70,9 @@ def register(commands, train_tasks) -> None:
     serve.add_argument("--access-log", action="store_true", help="log every request")
     serve.add_argument("--runtime", choices=RUNTIMES, default=SERVE_RUNTIME,
                        help=f"where classifiers' :predict runs (default {SERVE_RUNTIME}: converted to ONNX Runtime at "
-                       "load, 4.2x Keras' throughput at batch 1 in BENCHMARKS.md; :explain still uses Keras; other "
-                       "tasks stay on Keras)")
+                       "load, 4.2x Keras' throughput at batch 1 in BENCHMARKS.md; onnx-int8: the same with 8-bit weights, "
+                       "faster for large networks such as a fine-tuned MiniLM at a small accuracy cost; :explain still "
+                       "uses Keras; other tasks stay on Keras)")
     serve.set_defaults(handler=_serve)
 
 

@@ -29,8 +29,9 @@ class ServeConfig:
             seconds of connecting or of its previous answer, else the connection is closed
             (slow clients; :mod:`kformer.server.protocol`).
         access_log: uvicorn's per-request log lines.
-        runtime: where classifiers' ``:predict`` runs: ``keras`` or ``onnx`` (converted at load;
-            ``:explain`` still uses the Keras model; :mod:`kformer.runtimes`).
+        runtime: where classifiers' ``:predict`` runs: ``keras``, ``onnx`` (converted at load) or
+            ``onnx-int8`` (converted, then 8-bit weights); ``:explain`` still uses the Keras model
+            (:mod:`kformer.runtimes`).
     """
 
     host: str = "127.0.0.1"
