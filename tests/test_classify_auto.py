@@ -66,6 +66,9 @@ def test_set_size_moves_batch_rate_epochs_and_depth():
     assert small.epochs == 40 and medium.epochs == 12 and large.epochs == 3
     # a 150-class problem is not cut at epoch 3: patience grows with the epochs
     assert medium.patience == 3 and small.patience == 10 and large.patience == 3
+    # a large set of few classes: 539 steps per epoch would plan 7 epochs, ~120,000 texts seen plan 4
+    tickets, auto = resolved(stats(34_443, 8, 45))
+    assert tickets.batch_size == 64 and tickets.epochs == 4 and "texts seen" in auto["epochs"]["why"]
 
 
 def test_bigrams_double_the_length_and_the_vocabulary():
