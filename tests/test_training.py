@@ -77,6 +77,28 @@ def test_time_budget_stops_training(tmp_path):
     assert result.seconds < 5
 
 
+class _SlowValidation(keras.callbacks.Callback):
+    """Validation batches take 2.5 s each; counts the training batches run."""
+
+    trained = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.trained += 1
+
+    def on_test_batch_end(self, batch, logs=None):
+        time.sleep(2.5)
+
+
+def test_time_budget_spent_in_validation_starts_no_new_epoch(tmp_path):
+    set_seed(0)
+    x, y = _data()
+    slow = _SlowValidation()
+    # the first epoch's 2 batches end inside the 4 s budget, its validation (2 batches, 5 s) outside
+    result = fit(_tiny_model(), (x, y), (x[:48], y[:48]), epochs=50, out_dir=tmp_path, patience=None,
+                 max_minutes=4 / 60, callbacks=[slow])
+    assert result.stopped_by_budget and result.epochs_run == 1 and slow.trained == 2  # no batch of epoch 2
+
+
 def test_time_budget_not_fired_without_limit():
     budget = TimeBudget(None)
     model = _tiny_model()

@@ -221,7 +221,8 @@ class ProgressReporter(keras.callbacks.Callback):
 
 
 class TimeBudget(keras.callbacks.Callback):
-    """Stop training cleanly once ``max_minutes`` have passed (checked after every batch).
+    """Stop training cleanly once ``max_minutes`` have passed (checked after every batch and
+    after each epoch's validation).
 
     ``fired`` tells afterwards whether the budget ended training. The running epoch stops at the
     next batch; Keras still runs its validation, so early stopping can restore the best weights.
@@ -244,6 +245,15 @@ class TimeBudget(keras.callbacks.Callback):
         self.fired = False
 
     def on_train_batch_end(self, batch, logs=None):
+        self._check()
+
+    def on_epoch_end(self, epoch, logs=None):
+        # validation (before this call) may use up what was left: without this check the next
+        # epoch would begin, and its first batch (a new curriculum level: new shapes to trace) runs
+        # whole before the batch check can stop it (a 10-minute run once ended at 648 s)
+        self._check()
+
+    def _check(self) -> None:
         if self.max_seconds is None:
             return
         spent = self.spent_seconds + time.monotonic() - self._start >= self.max_seconds
