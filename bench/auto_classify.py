@@ -87,7 +87,7 @@ def main() -> None:
         "benchmark ran in the same process just before. Test accuracy/macro-F1 on the official test sets "
         "(tickets: our split); kformer validates on a stratified 10 % hold-out of the training file (HWU64: the "
         "DialoGLUE val.csv) and keeps its best epoch by validation macro-F1; train_s = model.fit's wall clock (compile and validation included); wide_fit_s = fitting "
-        "the wide TF-IDF + logistic regression part on the training split, before the network, plus (runs with wide_refit, the default since 2026-12-01) its refit on training + validation texts after it, inside max_minutes (train_s + wide_fit_s <= the budget); 'transformer alone' and "
+        "the wide TF-IDF + logistic regression part on the training split, before the network, plus (runs with wide_refit; auto leaves it off) its refit on training + validation texts after it, inside max_minutes (train_s + wide_fit_s <= the budget); 'transformer alone' and "
         "'wide alone' = test accuracy of each part of kformer's model, whose own accuracy is their geometric mix with "
         "'wide weight' chosen on validation by log-loss; 'wide C': the logistic regression's C (two classes: chosen "
         "on validation, NB = features scaled by naive-Bayes log-count ratios); texts_per_s = "
