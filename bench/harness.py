@@ -76,7 +76,27 @@ def machine_summary() -> str:
         versions.append(f"tensorflow {tf.__version__}")
     except ImportError:
         pass
-    return f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, " + ", ".join(versions)
+    return (f"{platform.machine()}, {os.cpu_count()} CPUs ({cpu_summary()}), Python {platform.python_version()}, "
+            + ", ".join(versions))
+
+
+# Vector units that decide what a 2-core CPU computes per second (bfloat16 pays only with the last three)
+CPU_FEATURES = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
+
+
+def cpu_summary(cpuinfo: str | None = None) -> str:
+    """The CPU's model name and which of :data:`CPU_FEATURES` it has, from ``/proc/cpuinfo``
+    (benchmarks recorded on different machines differ by these, not by the core count)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return platform.processor() or "CPU unknown"
+    fields = dict(line.split(":", 1) for line in cpuinfo.splitlines() if ":" in line)
+    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    flags = set(fields.get("flags", "").split())
+    units = [name for name in CPU_FEATURES if name in flags]
+    return f"{fields.get('model name', 'CPU unknown')}; {' '.join(units) or 'no AVX2'}"
 
 
 def _format(value) -> str:
