@@ -47,12 +47,13 @@ def test_train_from_a_tiny_file_writes_a_folder_with_auto_choices(runs):
     assert first.metrics["splits"]["train"] == first.metrics["splits"]["test"] == 16
     auto = json.loads((out / "metrics.json").read_text(encoding="utf-8"))["auto"]
     assert set(auto) == {"tokens", "max_length", "warmup_steps", "shared_vocab", "target_vocab_size", "tie_embeddings",
-                         "norm_first"}  # batch_size is given: no token budget
+                         "norm_first", "early_stopping"}  # batch_size is given: no token budget
     assert all(item["why"] for item in auto.values()) and first.config.batch_tokens == "auto"
     assert auto["tokens"]["value"] == "subwords"  # 16 distinct pairs: enough for SentencePiece
     assert first.config.max_length == auto["max_length"]["value"] >= 8  # resolved: a number, not "auto"
     assert first.config.warmup_steps == auto["warmup_steps"]["value"] == 1  # 5% of 2 steps, at least 1
     assert first.auto == first.metrics["auto"]
+    assert first.config.early_stopping == auto["early_stopping"]["value"] == "loss"  # no label smoothing in TINY
     stages = [event.stage for event in runs["events"]]
     assert stages[:2] == ["settings", "compiling"] and stages[-1] == "done" and "epoch" in stages
     line = runs["events"][0].message  # one line saying what auto chose, before training
@@ -190,6 +191,7 @@ def test_config_errors_name_the_setting():
     assert raised.value.field == "dim" and "whole number" in str(raised.value)
     for settings, field in [({"dim": 30}, "heads"), ({"max_length": 1}, "max_length"), ({"beam": 0}, "beam"),
                             ({"positions": "rotary"}, "positions"), ({"warmup_steps": "soon"}, "warmup_steps"),
+                            ({"early_stopping": "bleu"}, "early_stopping"),
                             ({"share_embeddings": True, "shared_vocab": False}, "share_embeddings")]:
         with pytest.raises(BadInput) as raised:
             build_config(TranslateConfig, settings)

@@ -131,6 +131,12 @@ def test_a_three_minute_run_reaches_its_peak_rate_early():
     assert warmup <= 0.06 * updates and updates >= translate_auto.MIN_UPDATES
 
 
+def test_early_stopping_watches_accuracy_only_when_the_loss_is_smoothed():
+    assert translate_auto.early_stopping_rule(0.1)[0] == "accuracy"
+    assert translate_auto.early_stopping_rule(0.0)[0] == "loss"
+    assert all(translate_auto.early_stopping_rule(s)[1] for s in (0.0, 0.1))  # each says why
+
+
 def test_repetition_share_counts_words_and_subwords_repeated_more_than_three_times():
     hypotheses = ["a a a a b", "a a a b", "x y", "அ-2000000"]
     assert repetition_share(hypotheses) == pytest.approx(1 / 4)  # only the first: 4 words in a row

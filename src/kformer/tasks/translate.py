@@ -117,7 +117,11 @@ class TranslateConfig:
                                        "is expected to make, at most 1000)")
     label_smoothing: float = setting(0.1, "training", "label smoothing (0 = off)")
     weight_decay: float = setting(0.0, "training", "AdamW weight decay (0 = Adam)")
-    patience: int = setting(3, "training", "epochs without a better validation loss before stopping")
+    patience: int = setting(3, "training", "epochs without a better validation score (early_stopping) before stopping")
+    early_stopping: Literal["accuracy", "loss"] | Auto = setting(
+        AUTO, "training", "what early stopping and the kept weights watch on the validation pairs: token accuracy or "
+        "loss (auto: accuracy with label smoothing, whose smoothed loss rises as the model grows confident while its "
+        "accuracy still climbs; else loss)")
     curriculum: bool = setting(
         False, "training", "short pairs first, as the Tamil lesson's levels: epoch k < curriculum_levels - 1 trains "
         "only on pairs up to the ((k+1)/levels) length quantile, later epochs on everything")
@@ -434,6 +438,7 @@ def _prepare(config: TranslateConfig, train: list[Pair], valid: list[Pair], resu
         del rules["batch_tokens"]  # batches of batch_size pairs: no token budget
     config = auto.resolve(config, **rules)
     config = auto.resolve(config, warmup_steps=_warmup(config, kept, target_tokens))
+    config = auto.resolve(config, early_stopping=translate_auto.early_stopping_rule(config.label_smoothing))
     _check_shared_table(config.share_embeddings, config.shared_vocab)
     valid_ids = _fitting(source_vocab.encode([p.source for p in valid]),
                          target_vocab.encode([p.target for p in valid]), config.max_length)
@@ -545,7 +550,7 @@ def _fit(prepared: _Prepared, state_dir: Path, resume: bool, progress: Progress 
         _dataset(prepared.train, plan, limits=limit, first_epoch=first_epoch),
         _dataset(prepared.valid, valid_plan, limits=limit),
         epochs=config.epochs, out_dir=state_dir, patience=config.patience, max_minutes=config.max_minutes,
-        resume=resume, callbacks=[schedule], progress=progress,
+        resume=resume, callbacks=[schedule], progress=progress, monitor=f"val_{config.early_stopping}",
     )
     return model, result, schedule.steps
 
