@@ -201,6 +201,22 @@ def test_bucketed_batches_cover_every_row_with_short_widths():
     assert len(widths) > 1 and max(widths) <= 64
 
 
+def test_best_epoch_maximises_a_custom_metric_and_minimises_a_loss():
+    from kformer.metrics import MaskedAccuracy
+    from kformer.training import BestEpoch
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(loss="mse", metrics=[MaskedAccuracy(name="accuracy")])  # no direction Keras knows
+    for monitor, values, best in [("val_accuracy", [0.2, 0.3, 0.25], 1), ("val_loss", [0.9, 0.7, 0.8], 1),
+                                  ("val_accuracy", [0.3, 0.2, 0.1], 0)]:
+        stopper = BestEpoch(monitor=monitor, patience=10)
+        stopper.set_model(model)
+        stopper.on_train_begin()
+        for epoch, value in enumerate(values):
+            stopper.on_epoch_end(epoch, {"val_loss": 1.0, monitor: value})
+        assert stopper.best_epoch == best, (monitor, values)
+
+
 def test_best_epoch_breaks_near_ties_by_validation_loss_without_lowering_the_bar():
     from kformer.training import BestEpoch
 

@@ -420,9 +420,12 @@ class BestEpoch(keras.callbacks.EarlyStopping):
     validation example's worth, while the model is still improving (a fine-tuning run whose rate
     decays to zero at the end of its budget): values within ``tie_tolerance`` of the best count as
     ties, and the later, lower-loss epoch is kept rather than the first, less trained one. The bar
-    itself never drops: a tie keeps the best value seen."""
+    itself never drops: a tie keeps the best value seen. Unless ``mode`` is given, a ``...loss``
+    is minimised and any other metric (accuracy, macro-F1) maximised: Keras cannot tell the
+    direction of a custom metric such as the seq2seq masked accuracy."""
 
     def __init__(self, monitor: str = "val_loss", tie_tolerance: float = 1e-3, **kwargs):
+        kwargs.setdefault("mode", "min" if monitor.endswith("loss") else "max")
         super().__init__(monitor=monitor, **kwargs)
         self.tie_breaker = "val_loss" if monitor.startswith("val_") else "loss"
         self.tie_tolerance = float(tie_tolerance) if monitor != self.tie_breaker else 0.0
