@@ -5,11 +5,11 @@ Two steps, because the second needs the subword counts the first step's vocabula
 1. :func:`vocab_rules` (before any vocabulary is learned): one shared vocabulary when both sides
    are written in the same script (names, numbers and cognates then share pieces), separate
    ones otherwise; each vocabulary about a quarter of its side's distinct words, rounded to
-   500, within 1,000..8,000. Measured on this project's data (pieces per word of SentencePiece
-   unigram vocabularies, ``bench/notes``): English->Tamil, TICO-19 + Tatoeba (2,804 pairs, 17,303
-   Tamil words): a shared 4k vocabulary splits Tamil words into 2.41 pieces, a separate Tamil
-   4k into 2.14, 8k into 1.98; the separate tables cost no more than the shared one and the
-   target's output layer stays 4k wide.
+   500, within 1,000..8,000. Measured on the English->Tamil training side (TICO-19 + Tatoeba:
+   2,804 pairs, 17,303 Tamil words), pieces per Tamil word with SentencePiece unigram
+   vocabularies learned from it: a shared 4k vocabulary splits Tamil words into 2.41 pieces, a
+   separate Tamil 4k into 2.14, 8k into 1.98; the separate tables cost no more than the shared
+   one and the target's output layer stays 4k wide.
 2. :func:`training_rules` (after encoding): the model size from how many target tokens the run
    can see (the corpus times the epochs, or what the time budget allows at a rough CPU
    throughput per size), the batch's token budget so the run makes at least ``MIN_UPDATES``
