@@ -178,7 +178,6 @@ def training_rules(target_tokens: int, epochs: int, max_minutes: float | None,
     batch_tokens = min(high, _power_of_two_below(run / MIN_UPDATES),
                        _power_of_two_below(target_tokens / MIN_BATCHES_PER_EPOCH))
     batch_tokens = max(low, batch_tokens)
-    rate = size.learning_rate
     shape = f"{size.dim} wide, feed-forward {size.ff_dim}, {size.encoder_layers}+{size.decoder_layers} blocks"
     return {
         "dim": (size.dim, f"{size.name} model ({shape}): {size_why}"),
@@ -189,7 +188,7 @@ def training_rules(target_tokens: int, epochs: int, max_minutes: float | None,
         "norm_first": (True, "pre-norm blocks: stable at a high learning rate with a short warmup"),
         "batch_tokens": (batch_tokens, f"{run_why}: a power of two giving at least {MIN_UPDATES} updates and "
                          f"{MIN_BATCHES_PER_EPOCH} batches per epoch, within {low}..{high}"),
-        "learning_rate": (rate, f"{size.learning_rate:g} for the {size.name} model (pre-norm, short warmup), "
+        "learning_rate": (size.learning_rate, f"{size.learning_rate:g} for the {size.name} model (pre-norm, short warmup), "
                           "whatever the batch"),
     }
 
