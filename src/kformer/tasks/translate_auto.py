@@ -15,10 +15,12 @@ Two steps, because the second needs the subword counts the first step's vocabula
    throughput per size), the batch's token budget so the run makes at least ``MIN_UPDATES``
    updates, the peak learning rate for the width (pre-norm, tied output; the same for every
    batch size), a warmup of 5 % of the updates the run is expected to make, and what early
-   stopping watches (:func:`early_stopping_rule`). Measured on 3-minute English->Tamil runs
-   (TICO-19 + Tatoeba, chrF on 280 held-out pairs, 2026-12-02): the small model in 256-token
-   batches at 7e-4 (the rate scaled by sqrt(batch / 2048), as before) 5.2, at 2e-3 9.3; in
-   1,024-token batches at 1.4e-3 7.7, at 2e-3 11.4; in 2,048 at 2e-3 10.2.
+   stopping watches (:func:`early_stopping_rule`). Measured with ``python -m bench.en_ta
+   --minutes 3 --recipe auto`` (BENCHMARKS.md, 2026-12-02): these rules (1,024-token batches at
+   2e-3) chrF 10.8 greedy; the earlier ones' 256-token batches at 7e-4 (the rate scaled by
+   sqrt(batch / 2048)) 7.0. One-off ``kformer train translate --max-minutes 3`` runs on the same
+   pairs (chrF on 280 random held-out pairs) placed the batch and the rate: 256 tokens at 2e-3
+   9.3; 1,024 at 1.4e-3 7.7, at 2e-3 11.4; 2,048 at 2e-3 10.2.
 
 Each rule returns ``{setting: (value, why)}`` for :meth:`kformer.config.AutoChoices.resolve`.
 """
