@@ -266,7 +266,7 @@ def test_disk_full_while_replacing_a_model_leaves_it_as_it_was(tmp_path, models,
 
 
 def test_a_second_training_into_the_same_folder_is_refused(capsys, tmp_path, models, good_csv):
-    from kformer.tasks.base import training_folder
+    from kformer.tasks.training_folder import training_folder
 
     out = tmp_path / "tickets"
     shutil.copytree(models["tickets"], out)

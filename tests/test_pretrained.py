@@ -150,10 +150,12 @@ def test_adamw_leaves_biases_and_layer_norms_undecayed(tmp_path):
 def test_time_budget_decays_the_rate_to_zero_by_the_cut(monkeypatch):
     """A run cut by max_minutes ends at a low rate, even though its step-based decay is barely
     started."""
+    import time
+
     import kformer.training as training
 
     now = [0.0]
-    monkeypatch.setattr(training.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
 
     class Optimizer:
         class learning_rate:  # noqa: N801

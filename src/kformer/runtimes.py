@@ -50,7 +50,8 @@ class OnnxPredictor:
     def for_classifier(cls, classifier, threads: int | None = None, int8: bool = False) -> OnnxPredictor:
         """Convert ``classifier``'s network (its ``serving_default`` export) to ONNX in memory;
         with ``int8``, its matrix weights quantized to 8 bits (:func:`quantize_int8`)."""
-        from kformer.export import classifier_endpoint, onnx_file, require_onnx
+        from kformer.models.export_plan import onnx_file, require_onnx
+        from kformer.tasks.classify_export import classifier_endpoint
 
         require_onnx()
         with tempfile.TemporaryDirectory(prefix="kformer-onnx-") as tmp:

@@ -286,7 +286,7 @@ class _FullStepper:
         self.prefix = self.prefix[rows]
 
 
-def _greedy_loop(model, source, max_length, limits, buffer: int, stop_at_end: bool, max_repeat: int = 0):
+def greedy_loop(model, source, max_length, limits, buffer: int, stop_at_end: bool, max_repeat: int = 0):
     """Cached greedy decoding as one loop of ``keras.ops`` (compiled whole by :func:`_compiled`).
 
     Same arithmetic as the step-by-step path: encoder and cross-attention keys/values once, then
@@ -473,7 +473,7 @@ def _compiled(model) -> dict:
             "cross_caches": model.cross_attention_caches,
             "step": model.decode_step,
             "forward": lambda source, prefix: model({"source": source, "target_in": prefix}, training=False)[:, -1, :],
-            "greedy_loop": lambda source, max_length, limits, buffer, stop_at_end, max_repeat: _greedy_loop(
+            "greedy_loop": lambda source, max_length, limits, buffer, stop_at_end, max_repeat: greedy_loop(
                 model, source, max_length, limits, buffer, stop_at_end, max_repeat),
             "beam_loop": lambda source, max_length, limits, length_penalty, buffer, width, stop_at_end, max_repeat: (
                 _beam_loop(model, source, max_length, limits, length_penalty, buffer, width, stop_at_end, max_repeat)),

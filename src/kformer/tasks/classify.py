@@ -58,16 +58,8 @@ from kformer.config import (
 from kformer.data.readers import LabelledTexts
 from kformer.errors import BadInput, CorruptModel, Unsupported
 from kformer.folders import MODEL_FILE
-from kformer.tasks.base import (
-    AttentionMaps,
-    TaskModel,
-    TrainResult,
-    check_out_folder,
-    check_texts,
-    resumable_state_dir,
-    training_folder,
-    write_curves,
-)
+from kformer.tasks.base import AttentionMaps, TaskModel, TrainResult, check_texts, write_curves
+from kformer.tasks.training_folder import check_out_folder, resumable_state_dir, training_folder
 
 if TYPE_CHECKING:
     from kformer.parallel import Cluster, DistributeConfig
@@ -537,6 +529,13 @@ class Classifier(TaskModel):
         label = self.labels[int(self._probabilities_of_ids(ids)[0].argmax())]
         return AttentionMaps({"encoder": stack}, {"encoder": tokens}, {"encoder": tokens}, output=label)
 
+    def export_plan(self):
+        """token ids -> probabilities, and raw texts -> probabilities and labels where the
+        tokenizer runs in a graph (:mod:`kformer.tasks.classify_export`)."""
+        from kformer.tasks.classify_export import classifier_plan
+
+        return classifier_plan(self)
+
     def warmup(self) -> None:
         """One prediction per batch bucket and width bucket up to ``max_length``: every shape a
         request of up to 64 texts can bring, so none waits for a compile (BERT on TensorFlow: one
@@ -854,7 +853,7 @@ def _manifest(config: ClassifyConfig, labels: list[str], kind: str) -> dict[str,
 def _fit(classifier: Classifier, config: ClassifyConfig, splits, state_dir: Path, resume: bool, progress,
          cluster: Cluster | None = None):
     """Compile and train ``classifier.model`` in place; returns :class:`~kformer.training.FitResult`."""
-    from kformer.training import fit, last_checkpoint
+    from kformer.training import FitPlan, fit, last_checkpoint
 
     if config.freeze:
         return _fit_frozen(classifier, config, splits, state_dir, resume, progress)
@@ -875,10 +874,10 @@ def _fit(classifier: Classifier, config: ClassifyConfig, splits, state_dir: Path
     if classifier.kind == "bert":
         model.preprocessor = None  # batches are already token ids; the saved model keeps its preprocessor
     try:
-        return fit(model, train_batches, valid_batches, epochs=config.epochs, out_dir=state_dir,
-                   patience=config.patience, max_minutes=config.max_minutes, resume=resume, monitor=MONITOR,
-                   batch_size=config.batch_size, progress=progress, agree=None if cluster is None else cluster.agree,
-                   callbacks=schedule)
+        plan = FitPlan(epochs=config.epochs, out_dir=state_dir, patience=config.patience,
+                       max_minutes=config.max_minutes, monitor=MONITOR, resume=resume, batch_size=config.batch_size)
+        return fit(model, train_batches, valid_batches, plan, callbacks=schedule, progress=progress,
+                   agree=None if cluster is None else cluster.agree)
     finally:
         if classifier.kind == "bert":
             model.preprocessor = preprocessor
@@ -919,7 +918,7 @@ def _fit_frozen(classifier: Classifier, config: ClassifyConfig, splits, state_di
     texts, computed once (:func:`_cached_vectors`), train only the head (the model's dropout and
     dense layers, so the folder's model still predicts from raw text)."""
     from kformer.models.pretrained import frozen_parts
-    from kformer.training import fit, last_checkpoint
+    from kformer.training import FitPlan, fit, last_checkpoint
 
     train, valid = splits
     index = {label: i for i, label in enumerate(classifier.labels)}
@@ -928,9 +927,10 @@ def _fit_frozen(classifier: Classifier, config: ClassifyConfig, splits, state_di
     done = last_checkpoint(state_dir) if resume else None
     steps = math.ceil(len(train) / config.batch_size)
     schedule = _compile(head, config, steps, "bert", initial_step=0 if done is None else done[1] * steps)
+    plan = FitPlan(epochs=config.epochs, out_dir=state_dir, patience=config.patience, max_minutes=config.max_minutes,
+                   monitor=MONITOR, resume=resume, batch_size=config.batch_size)
     return fit(head, (vectors["train"], _one_hot(train.labels, index)), (vectors["valid"], _one_hot(valid.labels, index)),
-               epochs=config.epochs, out_dir=state_dir, patience=config.patience, max_minutes=config.max_minutes,
-               resume=resume, monitor=MONITOR, batch_size=config.batch_size, progress=progress, callbacks=schedule)
+               plan, callbacks=schedule, progress=progress)
 
 
 VECTORS_FILE = "text_vectors.npz"

@@ -3,7 +3,7 @@
 Two pure functions, no Keras: :func:`data_stats` measures the training split (rows, classes,
 word-token lengths, distinct words) and :func:`choose` turns those statistics and a
 :class:`~kformer.tasks.classify.ClassifyConfig` into the same config with every ``"auto"``
-setting chosen, plus what was chosen and why (:class:`~kformer.config.AutoChoices`, written to
+setting chosen, plus what was chosen and why (:class:`~kformer.auto.AutoChoices`, written to
 ``metrics.json["auto"]`` and printed in one line by ``kformer train classify``). Settings given
 explicitly (a recipe, a flag, an argument) always win, and later rules build on them (an explicit
 ``dim`` sets ``heads`` and ``ff_dim`` around it; an explicit ``batch_size`` sets the epochs).
@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kformer.config import AutoChoices
+from kformer.auto import AutoChoices
 from kformer.data.batching import bucket_width
 from kformer.text.vocabulary import RESERVED_TOKENS
 from kformer.text.words import split_words

@@ -34,20 +34,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from kformer.config import AUTO, Auto, AutoChoices, as_config, build_config, setting, to_dict
+from kformer.auto import AutoChoices
+from kformer.config import AUTO, Auto, as_config, build_config, setting, to_dict
 from kformer.data.pairs import Pair
 from kformer.errors import BadInput, CorruptModel, KformerError
 from kformer.folders import MODEL_FILE, TRAINING_DIR, read_manifest, write_model_folder
 from kformer.tasks import translate_auto
-from kformer.tasks.base import (
-    AttentionMaps,
-    TaskModel,
-    TrainResult,
-    check_out_folder,
-    check_texts,
-    training_folder,
-    write_curves,
-)
+from kformer.tasks.base import AttentionMaps, TaskModel, TrainResult, check_texts, write_curves
+from kformer.tasks.training_folder import check_out_folder, training_folder
 
 if TYPE_CHECKING:
     from kformer.parallel import Cluster, DistributeConfig
@@ -549,8 +543,9 @@ def _fit(prepared: _Prepared, state_dir: Path, resume: bool, progress: Progress 
         cluster, model,
         _dataset(prepared.train, plan, limits=limit, first_epoch=first_epoch),
         _dataset(prepared.valid, valid_plan, limits=limit),
-        epochs=config.epochs, out_dir=state_dir, patience=config.patience, max_minutes=config.max_minutes,
-        resume=resume, callbacks=[schedule], progress=progress, monitor=f"val_{config.early_stopping}",
+        training.FitPlan(epochs=config.epochs, out_dir=state_dir, patience=config.patience,
+                         max_minutes=config.max_minutes, monitor=f"val_{config.early_stopping}", resume=resume),
+        callbacks=[schedule], progress=progress,
     )
     return model, result, schedule.steps
 
@@ -813,6 +808,24 @@ class Translator(TaskModel):
             cols={"encoder": source_pieces, "decoder_self": target_pieces, "cross": source_pieces},
             output=self.target_vocab.decode([generated])[0],
         )
+
+    def export_plan(self):
+        """The encoder, one decoder step and greedy decoding (:mod:`kformer.models.seq2seq_export`),
+        each greedy row capped by :attr:`decode_length`; the SentencePiece files beside them."""
+        import shutil
+
+        from kformer.models.export_plan import Plan
+        from kformer.models.seq2seq_export import seq2seq_endpoints, seq2seq_info
+
+        vocab = self.manifest.get("vocab") or {}
+        files = list(dict.fromkeys([vocab.get("source", SOURCE_VOCAB_FILE), vocab.get("target", TARGET_VOCAB_FILE)]))
+
+        def write_files(folder: Path) -> None:
+            for name in files:
+                shutil.copyfile(self.folder / name, folder / name)
+
+        return Plan(TASK, seq2seq_endpoints(self.model, self.decode_length), [self.model], write_files,
+                    {"vocabulary_files": files, **seq2seq_info(self.model)})
 
     def warmup(self, beams: Sequence[int] = (1,)) -> None:
         """Decode once per decode shape (batch and width bucket) and beam width in ``beams``

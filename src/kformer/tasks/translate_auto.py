@@ -22,7 +22,7 @@ Two steps, because the second needs the subword counts the first step's vocabula
    pairs (chrF on 280 random held-out pairs) placed the batch and the rate: 256 tokens at 2e-3
    9.3; 1,024 at 1.4e-3 7.7, at 2e-3 11.4; 2,048 at 2e-3 10.2.
 
-Each rule returns ``{setting: (value, why)}`` for :meth:`kformer.config.AutoChoices.resolve`.
+Each rule returns ``{setting: (value, why)}`` for :meth:`kformer.auto.AutoChoices.resolve`.
 """
 
 from __future__ import annotations
