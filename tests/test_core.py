@@ -197,3 +197,18 @@ def test_setup_refuses_to_switch_the_backend_of_an_imported_keras():
     assert raised.value.field == "backend" and dict(os.environ) == before
     assert kformer.setup().backend == current  # the backend in use is kept
 
+
+@pytest.mark.parametrize("argv, module, extra", [
+    (["serve", "--model", "a=runs/a"], "fastapi", "serve"),
+    (["serve", "--model", "a=runs/a"], "tf2onnx", "serve"),  # classifiers run on ONNX Runtime by default
+    (["train", "arithmetic", "--out", "runs/a", "--distribute"], "jax", "jax"),
+    (["export", "runs/a", "--out", "exported", "--format", "onnx"], "tf2onnx", "export"),
+])
+def test_a_command_whose_extra_is_missing_names_it_in_one_line(argv, module, extra, monkeypatch, capsys, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, module, None)  # as if not installed
+    assert main(argv) == 5  # Unsupported
+    err = capsys.readouterr().err
+    assert err.startswith("kformer: error: ") and err.count("\n") == 1 and "Traceback" not in err
+    assert f"{module}" in err and f"pip install 'kformer[{extra}]'" in err
+    assert list(tmp_path.iterdir()) == []  # refused before anything was read or written

@@ -216,6 +216,9 @@ def _backend_for(args: argparse.Namespace) -> str | None:
     :func:`kformer.parallel.check_backend` refuses a backend other than JAX with a reason."""
     if not getattr(args, "distribute", False):
         return None
+    from kformer.extras import require
+
+    require("--distribute", "jax", field="distribute")
     return "jax" if "KERAS_BACKEND" not in os.environ and "keras" not in sys.modules else None
 
 
