@@ -30,7 +30,7 @@ Signatures (SavedModel) and files (ONNX) -- ``B`` batch, ``L`` ids per text (at 
   ``serving_default`` (SavedModel only) ``source_ids`` -> ``target_ids`` int32
   ``(B, max_target_length)``, greedy decoding, ``[END]`` then 0s.
 
-ONNX goes through Keras' exporter (tf2onnx); ``pip install onnx onnxruntime tf2onnx``.
+ONNX goes through Keras' exporter (tf2onnx): ``pip install 'kformer[export]'``.
 """
 
 from __future__ import annotations
@@ -163,12 +163,9 @@ def is_export(folder: Path) -> bool:
 
 def require_onnx() -> None:
     """Unsupported (with the install command) when the ONNX tool chain is missing."""
-    import importlib.util
+    from kformer.extras import require
 
-    missing = [name for name in ("onnx", "tf2onnx") if importlib.util.find_spec(name) is None]
-    if missing:
-        raise Unsupported(f"ONNX export needs {', '.join(missing)}: pip install onnx onnxruntime tf2onnx",
-                          field="format")
+    require("ONNX export", "export", ("onnx", "tf2onnx"), field="format")
 
 
 class replaced_folder:  # noqa: N801  (a context manager used like a function)
@@ -240,8 +237,8 @@ def onnx_file(endpoint: Endpoint, path: Path, model) -> None:
             wrapper.export(str(path), format="onnx", input_signature=endpoint.input_signature(), verbose=False,
                            opset_version=ONNX_OPSET)
         except ImportError as exc:
-            raise Unsupported(f"ONNX export needs {exc.name}: pip install onnx onnxruntime tf2onnx",
-                              field="format") from None
+            raise Unsupported(f"ONNX export needs {exc.name}, which is not installed: "
+                              "pip install 'kformer[export]'", field="format") from None
         finally:
             tf_log.setLevel(level)
 
