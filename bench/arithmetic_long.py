@@ -22,7 +22,6 @@ import tempfile
 
 import numpy as np
 
-import kformer  # noqa: F401  (default backend)
 from bench.harness import record_or_print
 from kformer.config import make_config
 from kformer.data.arithmetic import solve

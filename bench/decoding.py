@@ -33,7 +33,6 @@ import argparse
 
 import numpy as np
 
-import kformer  # noqa: F401  (default backend)
 from bench.harness import Timer, interleaved_medians, record_results
 from kformer.models.generation import beam_search, greedy_decode
 from kformer.models.seq2seq import Seq2SeqTransformer, compile_seq2seq

@@ -18,7 +18,6 @@ import keras
 import numpy as np
 from keras import layers
 
-import kformer  # noqa: F401  (default backend)
 from bench.harness import Timer, interleaved_medians, record_results
 from kformer.layers import EncoderBlock, MaskedGlobalAveragePooling, TokenAndPositionEmbedding
 

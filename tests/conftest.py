@@ -6,6 +6,10 @@ from pathlib import Path
 
 import pytest
 
+import kformer
+
+kformer.setup()  # what the `kformer` command does at start-up: backend, TensorFlow's logs and threads
+
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 

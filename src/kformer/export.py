@@ -19,7 +19,7 @@ place) holding:
 What each model holds is its own business: :func:`export` loads the folder and writes the
 :class:`~kformer.models.export_plan.Plan` the model object gives (``model.export_plan()``; the
 classifier's and the seq2seq models' signatures are described there). ONNX goes through Keras'
-exporter (tf2onnx), one file per endpoint that names one.
+exporter (tf2onnx; ``pip install 'kformer[export]'``), one file per endpoint that names one.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from kformer.errors import BadInput, Unsupported
+from kformer.errors import BadInput
 
 RUNTIMES = ("keras", "onnx", "onnx-int8")
 
@@ -34,11 +34,11 @@ class OnnxPredictor:
 
     def __init__(self, onnx_model: bytes, threads: int | None = None, name: str = "onnx"):
         self.name = name
-        try:
-            import onnxruntime as ort
-        except ImportError:
-            raise Unsupported("the onnx runtime needs onnxruntime: pip install onnx onnxruntime tf2onnx",
-                              field="runtime") from None
+        from kformer.extras import require
+
+        require(f"the {name} runtime", "export", ("onnxruntime",), field="runtime")
+        import onnxruntime as ort
+
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = int(threads)

@@ -6,7 +6,8 @@ host's (64) rather than the process's share (2): dozens of threads then fight ov
 :func:`configure_threads` sets ``TF_NUM_INTRAOP_THREADS`` (threads inside one op) to the usable
 cores and ``TF_NUM_INTEROP_THREADS`` (ops run side by side) to 1 on two cores or fewer, else 2;
 TensorFlow reads both when it starts its runtime, so this must run before the first TensorFlow
-op -- ``import kformer`` does it. Variables the user set are left alone.
+op -- :func:`kformer.setup` does it (the CLI and the server call that). Variables the user set are
+left alone.
 """
 
 from __future__ import annotations
@@ -46,18 +47,12 @@ def thread_count() -> int:
     return int(value)
 
 
-def configure_threads(strict: bool = True) -> int | None:
+def configure_threads() -> int:
     """Set TensorFlow's thread pools from :func:`thread_count`; returns the intra-op count.
 
-    ``strict=False`` (at import) leaves TensorFlow's defaults when ``KFORMER_THREADS`` is invalid
-    and returns None; the CLI calls it strictly, so the mistake is one line and exit status 2.
+    A bad ``KFORMER_THREADS`` is BadInput (one line and exit status 2 from the CLI).
     """
-    try:
-        threads = thread_count()
-    except BadInput:
-        if strict:
-            raise
-        return None
+    threads = thread_count()
     os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(threads))
     os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1" if threads <= 2 else "2")
     return threads

@@ -4,7 +4,9 @@ Each task's commands live in ``kformer.cli.<task>``; every such module exposes
 ``register(commands, train_tasks)`` to add its sub-commands and ``evaluate(args, model)``, which
 ``kformer evaluate`` calls for model folders of that task. ``kformer attention`` is the same for
 every task (:meth:`~kformer.tasks.base.TaskModel.attention_maps`, then PNGs). The work itself is
-done by :mod:`kformer.tasks`, imported lazily so that ``kformer --help`` answers at once.
+done by :mod:`kformer.tasks`, imported lazily so that ``kformer --help`` answers at once. Before
+a command runs, :func:`main` calls :func:`kformer.setup` (Keras backend, TensorFlow's log level and
+thread pools; JAX for ``--distribute``).
 
 Errors: a :class:`~kformer.errors.KformerError` is printed as one line, with the argument it
 names shown as this command's flag (``max_length`` -> ``--max-length``), and the exit status of
@@ -22,8 +24,8 @@ import sys
 from collections.abc import Sequence
 
 from kformer import __version__
+from kformer.environment import setup
 from kformer.errors import KformerError
-from kformer.threads import configure_threads
 
 COMMAND_MODULES = (
     "kformer.cli.classify",
@@ -208,14 +210,16 @@ def _silence_native_stderr() -> None:
         pass
 
 
-def _use_jax_backend() -> None:
-    """``--distribute`` trains on Keras' JAX backend: select it before Keras is imported (Keras
-    reads ``KERAS_BACKEND`` once, at import). A backend the user chose is kept, and
-    :func:`kformer.parallel.check_backend` refuses it with a reason if it is not JAX."""
-    import kformer
+def _backend_for(args: argparse.Namespace) -> str | None:
+    """``--distribute`` trains on Keras' JAX backend: chosen unless the user set ``KERAS_BACKEND``
+    (read before :func:`kformer.setup` writes it) or Keras is already imported;
+    :func:`kformer.parallel.check_backend` refuses a backend other than JAX with a reason."""
+    if not getattr(args, "distribute", False):
+        return None
+    from kformer.extras import require
 
-    if kformer.USER_BACKEND is None and "keras" not in sys.modules:
-        os.environ["KERAS_BACKEND"] = "jax"
+    require("--distribute", "jax", field="distribute")
+    return "jax" if "KERAS_BACKEND" not in os.environ and "keras" not in sys.modules else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -233,9 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        if getattr(args, "distribute", False):
-            _use_jax_backend()
-        configure_threads()  # a bad KFORMER_THREADS is one line and exit status 2
+        setup(_backend_for(args))  # a bad KFORMER_THREADS is one line and exit status 2
         return int(handler(args) or 0)
     except KformerError as exc:
         print(error_line(exc, getattr(args, "_parser", None)), file=sys.stderr)

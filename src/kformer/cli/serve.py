@@ -112,6 +112,10 @@ def config_from_args(args: argparse.Namespace):
 def _serve(args: argparse.Namespace) -> int:
     import logging
 
+    from kformer.extras import EXTRAS, require
+
+    # the [serve] extra brings [export] along: the onnx runtimes convert classifiers at load
+    require("kformer serve", "serve", EXTRAS["serve"] + (EXTRAS["export"] if args.runtime != "keras" else ()))
     import uvicorn
 
     from kformer.server import create_app

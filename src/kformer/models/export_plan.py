@@ -21,7 +21,6 @@ from typing import Any
 from kformer.errors import Unsupported
 
 ONNX_OPSET = 17
-ONNX_INSTALL = "pip install 'kformer[export]' (onnx, onnxruntime, tf2onnx)"
 
 
 @dataclass(frozen=True)
@@ -73,11 +72,9 @@ class Plan:
 
 def require_onnx() -> None:
     """Unsupported (with the install command) when the ONNX tool chain is missing."""
-    import importlib.util
+    from kformer.extras import require
 
-    missing = [name for name in ("onnx", "tf2onnx") if importlib.util.find_spec(name) is None]
-    if missing:
-        raise Unsupported(f"ONNX export needs {', '.join(missing)}: {ONNX_INSTALL}", field="format")
+    require("ONNX export", "export", ("onnx", "tf2onnx"), field="format")
 
 
 def onnx_file(endpoint: Endpoint, path: Path, model) -> None:
@@ -95,7 +92,8 @@ def onnx_file(endpoint: Endpoint, path: Path, model) -> None:
             wrapper.export(str(path), format="onnx", input_signature=endpoint.input_signature(), verbose=False,
                            opset_version=ONNX_OPSET)
         except ImportError as exc:
-            raise Unsupported(f"ONNX export needs {exc.name}: {ONNX_INSTALL}", field="format") from None
+            raise Unsupported(f"ONNX export needs {exc.name}, which is not installed: "
+                              "pip install 'kformer[export]'", field="format") from None
         finally:
             tf_log.setLevel(level)
 

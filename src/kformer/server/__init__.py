@@ -19,6 +19,9 @@ __all__ = ["ServeConfig", "create_app"]
 def __getattr__(name: str):
     # FastAPI loads on first use, so `kformer --help` (which reads ServeConfig's defaults) stays fast
     if name == "create_app":
+        from kformer.extras import require
+
+        require("kformer.server.create_app", "serve")
         from kformer.server.app import create_app
 
         return create_app

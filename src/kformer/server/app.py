@@ -21,7 +21,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from kformer import __version__
+from kformer import __version__, setup
 from kformer.errors import BadInput
 from kformer.server.auth import bearer_check
 from kformer.server.config import ServeConfig
@@ -62,7 +62,9 @@ def create_app(models: Mapping[str, Any], config: ServeConfig | None = None, *, 
     :func:`kformer.tasks.load`, or ``loader``) or an already loaded TaskModel.
 
     Models load in the background when the app starts (its lifespan), never at import or here.
+    Calls :func:`kformer.setup` first (a no-op when the process has already done it).
     """
+    setup()
     config = config or ServeConfig()
     service = Service(models, config, loader)
     api_key = config.api_key()

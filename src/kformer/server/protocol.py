@@ -11,6 +11,11 @@ for ever ("slowloris"). :func:`guarded_protocol` wraps uvicorn's protocol class 
   ``431 Request Header Fields Too Large`` and the connection is closed.
 
 :func:`uvicorn_config` is the uvicorn configuration ``kformer serve`` runs with.
+
+The subclass uses uvicorn internals (``cycle``, ``cycle.more_body``, ``on_response_complete``), not
+public API, so ``pyproject.toml`` pins uvicorn to the minor version tests/test_server_faults.py
+passes with (0.55). An ASGI middleware cannot do this job: uvicorn calls the app only once a
+request's head has arrived whole, so neither a trickling head nor its size reaches it.
 """
 
 from __future__ import annotations
