@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kformer.errors import KformerError
-from kformer.models import generation
+from kformer.models import decode_inputs, decode_loops, generation
 from kformer.models.generation import beam_search, greedy_decode, strip_special
 from kformer.models.seq2seq import Seq2SeqTransformer
 from kformer.text.specials import END_ID, PAD_ID, START_ID
@@ -74,10 +74,10 @@ def test_compiled_beam_equals_the_reference_search(model, width):
     compiled = beam_search(model, SOURCE, 9, beam_width=width)
     full = beam_search(model, SOURCE, 9, beam_width=width, use_cache=False)
     np.testing.assert_array_equal(compiled, full)
-    np.testing.assert_array_equal(compiled, generation._reference_beam_search(model, SOURCE, 9, width))
+    np.testing.assert_array_equal(compiled, generation.reference_beam_search(model, SOURCE, 9, width))
     _check_contract(compiled, 9)
     assert compiled.shape[1] >= 3  # several steps, so parents were reordered
-    called = generation._compiled(model)["beam_shapes"]
+    called = generation.compiled_functions(model)["beam_shapes"]
     assert (4, 8, 9, width) in called and {(b, w) for b, w, *_ in called} <= set(generation.decode_shapes(model))
 
 
@@ -95,7 +95,7 @@ def test_compiled_beam_equals_the_reference_on_random_models(eager):
         for width, penalty, stop in settings:
             kwargs = dict(beam_width=width, length_penalty=penalty, stop_at_end=stop, row_limits=limits)
             compiled = beam_search(model, sources, 9, **kwargs)
-            np.testing.assert_array_equal(compiled, generation._reference_beam_search(model, sources, 9, **kwargs))
+            np.testing.assert_array_equal(compiled, generation.reference_beam_search(model, sources, 9, **kwargs))
             _check_contract(compiled, 9)
             assert ((compiled != PAD_ID).sum(axis=1) <= limits).all()
 
@@ -105,10 +105,10 @@ def test_the_beam_loop_stops_once_no_answer_can_change(eager, monkeypatch):
     and still answers as the reference search, which runs until every candidate has ended."""
     model = _sharpen(_model(vocab=16, seed=3))
     reference_steps, loop_steps = [], []
-    real_next = generation._CachedStepper.next_logits
-    monkeypatch.setattr(generation._CachedStepper, "next_logits",
+    real_next = generation.CachedStepper.next_logits
+    monkeypatch.setattr(generation.CachedStepper, "next_logits",
                         lambda stepper, tokens: (reference_steps.append(1), real_next(stepper, tokens))[1])
-    reference = generation._reference_beam_search(model, SOURCE, 9, 3)
+    reference = generation.reference_beam_search(model, SOURCE, 9, 3)
     real_step = model.decode_step
     monkeypatch.setattr(model, "decode_step", lambda *args: (loop_steps.append(1), real_step(*args))[1])
     np.testing.assert_array_equal(beam_search(model, SOURCE, 9, beam_width=3), reference)
@@ -130,7 +130,7 @@ def test_an_example_is_decided_only_when_no_continuation_can_win(eager, unfinish
     def penalty(length):
         return ops.power((5.0 + ops.cast(length, "float32")) / 6.0, length_penalty)
 
-    result = generation._decided(scores, finished, lengths, penalty, np.int32(2), np.array([9], "int32"), -np.inf)
+    result = decode_loops.settled(scores, finished, lengths, penalty, np.int32(2), np.array([9], "int32"), -np.inf)
     assert np.asarray(result).tolist() == [decided]
 
 
@@ -239,14 +239,14 @@ def test_decoding_reaches_the_compiled_loop_with_a_few_shapes_only(eager):
     for batch_size in range(1, 33):
         for start in range(0, len(sources), batch_size):
             padded = pad_batch(sources[start : start + batch_size], limit=64)
-            shapes |= {chunk.shape for chunk, *_ in generation._decode_chunks(wide, padded)}
+            shapes |= {chunk.shape for chunk, *_ in decode_inputs.decode_chunks(wide, padded)}
     assert len(shapes) <= 12 and shapes <= set(generation.decode_shapes(wide))
     # What greedy_decode sends to the compiled loop is exactly those chunks, and padding rows
     # and columns change no answer.
     alone = [strip_special(greedy_decode(wide, np.array([s], "int32"), 4)[0]) for s in sources[:5]]
     together = greedy_decode(wide, pad_batch(sources[:5], limit=64), 4)
     assert [strip_special(row) for row in together] == alone
-    called = generation._compiled(wide)["shapes"]
+    called = generation.compiled_functions(wide)["shapes"]
     assert {(batch, width) for batch, width, _ in called} <= set(generation.decode_shapes(wide))
 
 
@@ -293,7 +293,7 @@ def test_max_repeat_caps_back_to_back_copies_of_every_span(eager, max_repeat):
                                   greedy_decode(looping, SOURCE, 9, use_cache=False, max_repeat=max_repeat))
     np.testing.assert_array_equal(
         beam_search(looping, SOURCE, 9, beam_width=3, max_repeat=max_repeat),
-        generation._reference_beam_search(looping, SOURCE, 9, 3, max_repeat=max_repeat))
+        generation.reference_beam_search(looping, SOURCE, 9, 3, max_repeat=max_repeat))
 
 
 def test_max_repeat_changes_nothing_where_nothing_repeats_that_often(model):

@@ -138,7 +138,7 @@ def test_warmup_with_beams_readies_what_beam_translations_meet(runs):
 
     translator = translate.load(runs["out"])
     translator.warmup(beams=(1, 3))
-    compiled = generation._compiled(translator.model)
+    compiled = generation.compiled_functions(translator.model)
     warmed = set(compiled["beam_shapes"])
     assert {shape[:2] for shape in warmed} == set(generation.decode_shapes(translator.model))
     assert {shape[3] for shape in warmed} == {3}
