@@ -95,3 +95,30 @@ def test_headlines_split_a_run_by_dataset_and_name_its_distinguishing_arguments(
                                        summary.TRANSLATION_ARGS) == "--minutes 3 --extra a=1 b=2"
     unknown = summary.headlines("Something new", "python -m bench.new_script", [{"system": "x", "speed": 1}])
     assert unknown == [{"benchmark": "Something new", "metric": None, "kformer": None, "baseline": None}]
+
+
+# --- BENCHMARKS.md is what bench.summary generates from bench/results.jsonl ---------------------------------------
+
+
+def test_benchmarks_md_is_the_generated_summary_then_the_latest_section_of_each_benchmark():
+    records = summary.read_results(summary.RESULTS_FILE)
+    current = summary.BENCHMARKS_FILE.read_text(encoding="utf-8")
+    history = summary.HISTORY_FILE.read_text(encoding="utf-8")
+    new_benchmarks, new_history = summary.render(current, history, records)
+    assert new_benchmarks == current, "BENCHMARKS.md is stale: run `python -m bench.summary`"
+    assert new_history == history, "docs/benchmarks-history.md is stale: run `python -m bench.summary`"
+    # every section (here or in the history) is one recorded run, and every recorded run has its section
+    sections = summary.split_sections(summary.without_summary(current))[1] + summary.split_sections(history)[1]
+    headers = sorted(summary.section_header(section) or section[:60] for section in sections)
+    assert headers == sorted(summary.header_line(record) for record in records)
+
+
+def test_every_recorded_run_has_a_headline_and_every_recording_script_a_rule():
+    for record in summary.read_results(summary.RESULTS_FILE):
+        for headline in record["headlines"]:
+            assert headline["metric"] and headline["kformer"], (record["command"], record["date"])
+    scripts = {f"bench.{path.stem}" for path in summary.ROOT.joinpath("bench").glob("*.py")
+               if "record_results(" in path.read_text(encoding="utf-8")
+               or "record_or_print(" in path.read_text(encoding="utf-8")}
+    scripts -= {"bench.harness", "bench.baselines"}  # the harness itself; baselines.py reports for imdb/banking77/tickets
+    assert scripts <= {rule.module for rule in summary.RULES}
