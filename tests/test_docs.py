@@ -148,10 +148,17 @@ def check_decoding(namespace: dict) -> None:
     np.testing.assert_array_equal(ids, np.asarray(namespace["recomputed"]))
 
 
+def check_export(namespace: dict) -> None:
+    assert namespace["onnx"].metadata["labels"] == ["billing", "hardware"]
+    assert sorted(namespace["saved"].metadata["signatures"]) == ["serving_default", "texts"]
+    assert (Path("exports/tickets-onnx") / "model.onnx").exists() and (Path("exports/tickets") / "1").is_dir()
+
+
 CHECKS: dict[tuple[str, str], Callable[[dict], None]] = {
     ("README.md", "From Python"): check_python_api,
     ("docs/building-blocks.md", "Layers from Python"): check_building_blocks,
     ("docs/building-blocks.md", "Decoding"): check_decoding,
+    ("docs/export.md", "From Python"): check_export,
 }
 
 
