@@ -83,7 +83,7 @@ def main() -> None:
     limited = f" Smoke run on {args.limit} rows of each file." if args.limit else ""
     notes = (
         f"kformer was given no recipe and no setting but max_minutes {args.minutes:g} (every other setting `auto`, "
-        "chosen from the training data: README, Classify text); the linear baseline of each dataset's own "
+        "chosen from the training data: docs/classification.md); the linear baseline of each dataset's own "
         "benchmark ran in the same process just before. Test accuracy/macro-F1 on the official test sets "
         "(tickets: our split); kformer validates on a stratified 10 % hold-out of the training file (HWU64: the "
         "DialoGLUE val.csv) and keeps its best epoch by validation macro-F1; train_s = model.fit's wall clock (compile and validation included); wide_fit_s = fitting "

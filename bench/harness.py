@@ -10,11 +10,14 @@ ratio of kformer to the baseline measured in the same process tree, minutes apar
                    baseline="TF-IDF+LR", ratio_keys=["accuracy"])
 
 ``record_results`` prints the table and appends it to BENCHMARKS.md with the exact command,
-the date, the machine and the library versions.
+the date, the machine and the library versions; it also appends the run as one JSON object to
+``bench/results.jsonl`` and regenerates BENCHMARKS.md's summary table from that file
+(``bench/summary.py``: which rows are a benchmark's headline, and where superseded runs go).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shlex
@@ -27,6 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS_FILE = ROOT / "BENCHMARKS.md"
+RESULTS_FILE = ROOT / "bench" / "results.jsonl"
+HISTORY_FILE = ROOT / "docs" / "benchmarks-history.md"
 SHARED_DATA = ROOT.parent / "shared" / "data"
 
 
@@ -135,13 +140,17 @@ def record_results(
     ratio_keys: Sequence[str] = (),
     command: str | None = None,
 ) -> str:
-    """Print the results table and append it, with the command that made it, to BENCHMARKS.md."""
+    """Print the results table and append it, with the command that made it, to BENCHMARKS.md;
+    append the run to ``bench/results.jsonl`` and regenerate BENCHMARKS.md's summary from it."""
+    from bench import summary
+
     command = command or "python -m " + shlex.join([_module_name(), *sys.argv[1:]])
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    machine = machine_summary()
     section = [
         f"## {title}",
         "",
-        f"`{command}` — {stamp}; {machine_summary()}",
+        f"`{command}` — {stamp}; {machine}",
         "",
         results_table(rows, baseline, ratio_keys),
         "",
@@ -151,10 +160,31 @@ def record_results(
     text = "\n".join(section) + "\n"
     print(text)
     if not BENCHMARKS_FILE.exists():
-        BENCHMARKS_FILE.write_text("# Benchmarks\n\nEach section was appended by the script named in it.\n\n", encoding="utf-8")
+        BENCHMARKS_FILE.write_text(summary.BENCHMARKS_HEAD, encoding="utf-8")
     with BENCHMARKS_FILE.open("a", encoding="utf-8") as handle:
-        handle.write(text)
+        handle.write("\n" + text)
+    headlines = summary.headlines(title, command, rows)
+    if baseline is None:  # the baseline row the summary's rule picked
+        baseline = next((summary.row_label(h["baseline"]) for h in headlines if h["baseline"]), None)
+    record = {
+        "title": title, "command": command, "date": stamp, "machine": machine, "cpu": cpu_summary(),
+        "rows": [dict(row) for row in rows], "baseline": baseline, "ratio_keys": list(ratio_keys),
+        "headlines": headlines, "notes": notes.strip(),
+    }
+    RESULTS_FILE.parent.mkdir(parents=True, exist_ok=True)
+    with RESULTS_FILE.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(record, ensure_ascii=False, default=_json_value) + "\n")
+    if not all(headline["metric"] for headline in headlines):
+        print(f"bench.summary has no headline rule matching {title!r}: add one to RULES in bench/summary.py")
+    summary.update(BENCHMARKS_FILE, HISTORY_FILE, RESULTS_FILE)
     return text
+
+
+def _json_value(value):
+    """numpy scalars and paths in a row, as JSON."""
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
 
 
 def record_or_print(title: str, rows: Sequence[dict], notes: str = "", *, record: bool = True) -> str:
