@@ -13,7 +13,8 @@ from kformer.data.pairs import Pair, curriculum_levels, document_holdout, read_j
 from kformer.errors import KformerError
 from kformer.metrics import repetition_share
 from kformer.tasks.translate import auto as translate_auto
-from kformer.tasks.translate.auto import side_shape, training_rules, vocab_rules
+from kformer.tasks.translate.auto import training_rules, vocab_rules
+from kformer.tasks.translate.stats import CorpusStats, EncodedStats, SideShape, side_shape
 
 LENGTHS = np.random.default_rng(0).integers(1, 120, size=1000)
 
@@ -90,7 +91,7 @@ def test_vocab_rules_by_script_and_size():
     assert set(forced) == {"vocab_size", "target_vocab_size"}
     words = vocab_rules(english, tamil, words=True)  # whole words: one vocabulary, as the Tamil lesson's
     assert set(words) == {"shared_vocab"} and words["shared_vocab"][0] is True
-    big = vocab_rules(translate_auto.SideShape(10**6, 35_376, "LATIN"), translate_auto.SideShape(10**6, 17_303, "TAMIL"))
+    big = vocab_rules(SideShape(10**6, 35_376, "LATIN"), SideShape(10**6, 17_303, "TAMIL"))
     assert big["vocab_size"][0] == 8000 and big["target_vocab_size"][0] == 4500  # /4, rounded to 500, capped
 
 
@@ -232,7 +233,7 @@ def test_resolving_both_phases_gives_what_the_calculations_give():
 
     english = [f"the patient {i} has a fever" for i in range(300)]
     tamil = [f"நோயாளிக்கு {i} காய்ச்சல் உள்ளது" for i in range(300)]
-    corpus = translate_auto.CorpusStats.of(_pairs(english, tamil))
+    corpus = CorpusStats.of(_pairs(english, tamil))
     config, choices = translate_auto.RULES.resolve(TranslateConfig(max_minutes=3.0), corpus, phase="corpus")
     expected = vocab_rules(side_shape(english), side_shape(tamil))
     assert {name: (item["value"], item["why"]) for name, item in choices.chosen.items()} == {
@@ -242,7 +243,7 @@ def test_resolving_both_phases_gives_what_the_calculations_give():
     rng = np.random.default_rng(0)
     sources, targets = rng.integers(1, 30, size=500), rng.integers(1, 40, size=500)
     sources[0], targets[1] = 200, 300  # two pairs longer than the 99th percentile: skipped
-    encoded = translate_auto.EncodedStats(sources, targets)
+    encoded = EncodedStats(sources, targets)
     config, choices = translate_auto.RULES.resolve(config, encoded, choices, phase="encoded")
     assert config.max_length == max(np.ceil(np.percentile(sources, 99)), np.ceil(np.percentile(targets, 99)))
     fits = (sources <= config.max_length) & (targets <= config.max_length)
@@ -256,10 +257,10 @@ def test_resolving_both_phases_gives_what_the_calculations_give():
 def test_a_batch_size_leaves_the_token_budget_auto_and_whole_words_need_no_size():
     from kformer.tasks.translate import TranslateConfig
 
-    encoded = translate_auto.EncodedStats(np.full(100, 5), np.full(100, 6))
+    encoded = EncodedStats(np.full(100, 5), np.full(100, 6))
     config, choices = translate_auto.RULES.resolve(TranslateConfig(batch_size=16), encoded, phase="encoded")
     assert config.batch_tokens == "auto" and "batch_tokens" not in choices.chosen and config.max_length == 8
-    few = translate_auto.CorpusStats.of(_pairs(["hello", "good"], ["வணக்கம்", "நல்ல"]))
+    few = CorpusStats.of(_pairs(["hello", "good"], ["வணக்கம்", "நல்ல"]))
     config, choices = translate_auto.RULES.resolve(TranslateConfig(), few, phase="corpus")
     assert (config.tokens, config.shared_vocab, config.vocab_size, config.target_vocab_size) == (
         "words", True, "auto", "auto")

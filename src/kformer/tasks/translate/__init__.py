@@ -17,9 +17,9 @@ Life cycle::
     translator.attention_maps("one two").maps["cross"].shape  # (layers, heads, target, source)
 
 One module a job: :mod:`.settings` (:class:`TranslateConfig`), :mod:`.auto` (what ``"auto"``
-settings become), :mod:`.pairs` (reading and holding out pairs), :mod:`.batches` (training
-batches), :mod:`.model` (the loaded :class:`Translator` and the folder format), :mod:`.train`
-(the training run).
+settings become) and :mod:`.stats` (what its rules read), :mod:`.pairs` (reading and holding out
+pairs), :mod:`.batches` (training batches), :mod:`.model` (the loaded :class:`Translator` and the
+folder format), :mod:`.train` (the training run).
 """
 
 from kformer.tasks.translate.model import MAX_REPEAT, Translator, check_decoding, load, save

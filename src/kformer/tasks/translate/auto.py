@@ -4,13 +4,13 @@ Every rule is declared once on :data:`RULES` with its one-line summary (the sett
 CLI's and ``metrics.json["auto"]`` show it). They run in two phases, because the second needs the
 subword counts the first phase's vocabularies give:
 
-1. ``"corpus"`` (before any vocabulary is learned, over :class:`CorpusStats`): ``tokens``,
+1. ``"corpus"`` (before any vocabulary is learned, over :class:`~.stats.CorpusStats`): ``tokens``,
    ``shared_vocab``, ``vocab_size``, ``target_vocab_size``. Measured on the English->Tamil
    training side (TICO-19 + Tatoeba: 2,804 pairs, 17,303 Tamil words), pieces per Tamil word with
    SentencePiece unigram vocabularies learned from it: a shared 4k vocabulary splits Tamil words
    into 2.41 pieces, a separate Tamil 4k into 2.14, 8k into 1.98; the separate tables cost no
    more than the shared one and the target's output layer stays 4k wide.
-2. ``"encoded"`` (the training pairs as subword ids, over :class:`EncodedStats`): ``max_length``,
+2. ``"encoded"`` (the training pairs as subword ids, over :class:`~.stats.EncodedStats`): ``max_length``,
    the model size, the batch, the rate, the warmup and what early stopping watches. Measured with
    ``python -m bench.en_ta --minutes 3 --recipe auto`` (BENCHMARKS.md, 2026-12-02): these rules
    (1,024-token batches at 2e-3) chrF 10.8 greedy; the earlier ones' 256-token batches at 7e-4
@@ -30,14 +30,11 @@ output cap measured on the training pairs and kept in the model folder.
 from __future__ import annotations
 
 import math
-import unicodedata
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from kformer.auto import AUTO, Rules
+from kformer.tasks.translate.stats import CorpusStats, EncodedStats, SideShape
 
 # Below this many distinct training pairs few substrings recur and SentencePiece learns little beyond single
 # characters (the Tamil lesson's five one-word pairs: 5-8 pieces per word); "auto" then takes whole words.
@@ -51,7 +48,6 @@ MIN_UPDATES = 400  # a run should make at least this many optimizer steps
 MIN_BATCHES_PER_EPOCH = 8
 BATCH_TOKENS_RANGE = (64, 4096)
 WARMUP_SHARE, WARMUP_MAX = 0.05, 1000
-SCRIPT_SAMPLE = 2000  # sentences per side looked at for the script
 
 
 @dataclass(frozen=True)
@@ -87,77 +83,6 @@ DECODE_EXTRA = 6  # target tokens a translation may take beyond per_source_token
 DECODE_QUANTILE = 0.995  # share of training pairs whose target fits the cap
 DECODE_RATIO_RANGE = (1.0, 4.0)
 DEFAULT_DECODE_LENGTH = {"per_source_token": 2.0, "extra": 8}  # folders written before the rule
-
-
-# --- what the rules read ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SideShape:
-    """One side of the training pairs: words, distinct words and the script most letters are in."""
-
-    words: int
-    distinct_words: int
-    script: str  # "LATIN", "TAMIL", ... (first word of the letters' Unicode names)
-
-
-def side_shape(texts: Sequence[str]) -> SideShape:
-    """Word counts of ``texts`` and the script of most letters in the first ``SCRIPT_SAMPLE``."""
-    words, distinct = 0, set()
-    for text in texts:
-        split = text.split()
-        words += len(split)
-        distinct.update(split)
-    scripts = Counter(unicodedata.name(ch, "UNKNOWN").split()[0]
-                      for text in texts[:SCRIPT_SAMPLE] for ch in text if ch.isalpha())
-    return SideShape(words, len(distinct), scripts.most_common(1)[0][0] if scripts else "NONE")
-
-
-@dataclass(frozen=True)
-class CorpusStats:
-    """What the ``"corpus"`` rules read: the training pairs before any vocabulary."""
-
-    distinct_pairs: int  # repeating a pair adds no new substring
-    source: SideShape
-    target: SideShape
-
-    @classmethod
-    def of(cls, pairs) -> CorpusStats:
-        """The statistics of training :class:`~kformer.data.pairs.Pair` objects."""
-        return cls(len({(p.source, p.target) for p in pairs}), side_shape([p.source for p in pairs]),
-                   side_shape([p.target for p in pairs]))
-
-
-@dataclass(frozen=True)
-class EncodedStats:
-    """What the ``"encoded"`` rules read: each training pair's subword count per side, ``(pairs,)``
-    arrays without ``[START]``/``[END]``; the rules after ``max_length`` look at the pairs that fit it."""
-
-    source_lengths: np.ndarray
-    target_lengths: np.ndarray
-
-    @classmethod
-    def of(cls, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]) -> EncodedStats:
-        return cls(np.array([len(ids) for ids in sources], dtype=np.int64),
-                   np.array([len(ids) for ids in targets], dtype=np.int64))
-
-    def percentile(self, q: float) -> tuple[int, int]:
-        """The ``q``-th percentile of the source and of the target lengths, rounded up."""
-        return tuple(math.ceil(np.percentile(side, q)) for side in (self.source_lengths, self.target_lengths))
-
-    def fits(self, max_length: int) -> np.ndarray:
-        """``(pairs,)`` bool: both sides 1..``max_length`` subwords (the pairs training keeps)."""
-        sides = (self.source_lengths, self.target_lengths)
-        return np.logical_and.reduce([(side > 0) & (side <= max_length) for side in sides])
-
-    def target_tokens(self, max_length: int) -> int:
-        """Target tokens of the pairs that fit, ``[END]`` included: what an epoch trains on."""
-        return int((self.target_lengths[self.fits(max_length)] + 1).sum())
-
-    def pair_lengths(self, max_length: int) -> np.ndarray:
-        """The batch length of each pair that fits: the longer of its source and ``[START] + target``."""
-        keep = self.fits(max_length)
-        return np.maximum(self.source_lengths[keep], self.target_lengths[keep] + 1)
 
 
 # --- the rules, in the order they resolve --------------------------------------------------------------

@@ -20,13 +20,7 @@ from kformer.config import to_dict
 from kformer.errors import BadInput, CorruptModel
 from kformer.tasks import skeleton
 from kformer.tasks.state import STATE_FILE, ResumeState
-from kformer.tasks.translate.auto import (
-    RULES,
-    CorpusStats,
-    EncodedStats,
-    decode_length_rule,
-    describe,
-)
+from kformer.tasks.translate.auto import RULES, decode_length_rule, describe
 from kformer.tasks.translate.batches import (
     EncodedPairs,
     batch_plan,
@@ -44,6 +38,7 @@ from kformer.tasks.translate.model import (
 )
 from kformer.tasks.translate.pairs import PairData, read_pair_data, split_pairs
 from kformer.tasks.translate.settings import TASK, TranslateConfig
+from kformer.tasks.translate.stats import CorpusStats, EncodedStats
 
 if TYPE_CHECKING:
     from kformer.data.pairs import Pair
