@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kformer.auto import AUTO, Rules
+from kformer.tasks.translate.batches import batch_plan
 from kformer.tasks.translate.stats import CorpusStats, EncodedStats, SideShape
 
 # Below this many distinct training pairs few substrings recur and SentencePiece learns little beyond single
@@ -141,9 +142,9 @@ def _training(config, stats: EncodedStats) -> dict[str, tuple]:
 
 
 @RULES.rule("dim", phase="encoded", summary=(
-    f"{SIZES[0].dim}, the {SIZES[0].name} model, below {TINY_CORPUS_TOKENS:,} training target tokens; {SIZES[2].dim}, "
-    f"the {SIZES[2].name} model, from {BASE_CORPUS_TOKENS:,} when the run trains on {BASE_RUN_TOKENS:,} target tokens ({RUN_TOKENS}); "
-    f"else {SIZES[1].dim}, the {SIZES[1].name} model"))
+    f"{SIZES[0].dim}, the {SIZES[0].name} model, below {TINY_CORPUS_TOKENS:,} training target tokens; "
+    f"{SIZES[2].dim}, the {SIZES[2].name} model, from {BASE_CORPUS_TOKENS:,} when the run trains on "
+    f"{BASE_RUN_TOKENS:,} target tokens ({RUN_TOKENS}); else {SIZES[1].dim}, the {SIZES[1].name} model"))
 def _dim(config, stats: EncodedStats):
     return _training(config, stats)["dim"]
 
@@ -189,8 +190,6 @@ def _learning_rate(config, stats: EncodedStats):
 @RULES.rule("warmup_steps", phase="encoded", summary=(
     f"{WARMUP_SHARE:.0%} of the updates the run is expected to make, at least 1, at most {WARMUP_MAX}"))
 def _warmup_steps(config, stats: EncodedStats):
-    from kformer.tasks.translate.batches import batch_plan
-
     lengths, tokens = stats.pair_lengths(config.max_length), stats.target_tokens(config.max_length)
     steps = max(1, batch_plan(config, lengths, shuffle=False).steps)  # batches per epoch
     expected = run_tokens(tokens, config.epochs, config.max_minutes, nearest_size(config.dim))
