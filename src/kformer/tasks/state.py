@@ -26,11 +26,13 @@ RESUMABLE = ("epochs", "patience", "max_minutes")
 
 @dataclass(frozen=True)
 class ResumeState:
-    """``settings`` (a flat ``{name: value}``), the ``auto`` choices and the task's ``extra``."""
+    """``settings`` (a flat ``{name: value}``), the ``auto`` choices and the task's ``extra``;
+    ``folder``: the ``training/`` folder it was read from (where the task's files are), if any."""
 
     settings: dict[str, Any]
     auto: dict[str, dict[str, Any]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    folder: Path | None = field(default=None, compare=False)
 
     @classmethod
     def of(cls, config, auto: dict | None = None, **extra: Any) -> ResumeState:
@@ -55,7 +57,7 @@ class ResumeState:
         except (ValueError, KeyError, TypeError, AttributeError):
             raise CorruptModel(f"{path} is corrupt; train afresh (without {{field}}) or into a new folder",
                                field="resume") from None
-        return cls(settings, auto, saved)
+        return cls(settings, auto, saved, path.parent)
 
     def config(self, config_cls, given, state_path: str = STATE_FILE):
         """The first run's settings as ``config_cls``, with the :data:`RESUMABLE` settings of
