@@ -1,23 +1,24 @@
-"""Where a classifier's predictions run: Keras (the default), ONNX Runtime, or ONNX Runtime
-with 8-bit weights.
+"""Where a classifier's network runs: Keras (the default), ONNX Runtime, or ONNX Runtime with
+8-bit weights -- the classifier's ``runtime``, chosen when it is loaded
+(``kformer.load(folder, runtime="onnx")``; ``kformer serve --runtime``).
 
-``use_runtime(model, "onnx")`` converts a loaded classifier's network to ONNX in memory (the
-same conversion as ``kformer export --format onnx``) and makes its ``predict`` /
-``probabilities`` run there; attention maps still come from the Keras model. ``"onnx-int8"``
-also quantizes the converted network's matrix weights to 8 bits (ONNX Runtime's dynamic
-quantization: activations are quantized per batch as they run): faster for large networks
-(a fine-tuned MiniLM), at a small cost in accuracy that BENCHMARKS.md measures. Other tasks keep
-Keras (their decoding loop is kformer's own). ``kformer serve --runtime`` calls it for every model.
+A predictor turns token ids ``(batch, width)`` int32 into probabilities ``(batch, classes)``
+float32. ``"onnx"`` converts the network to ONNX in memory (the same conversion as ``kformer
+export --format onnx``); attention maps still come from the Keras model. ``"onnx-int8"`` also
+quantizes the converted network's matrix weights to 8 bits (ONNX Runtime's dynamic quantization:
+activations are quantized per batch as they run): faster for large networks (a fine-tuned
+MiniLM), at a small cost in accuracy that BENCHMARKS.md measures. Other tasks keep Keras (their
+decoding loop is kformer's own).
 """
 
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from kformer.data.batching import BATCH_BUCKETS
 from kformer.errors import BadInput, Unsupported
 
 RUNTIMES = ("keras", "onnx", "onnx-int8")
@@ -29,8 +30,81 @@ def check_runtime(runtime: str, field: str = "runtime") -> str:
     return runtime
 
 
+def make_predictor(classifier, runtime: str = "keras"):
+    """What runs ``classifier``'s network on ``runtime`` (for ONNX Runtime: converted now)."""
+    check_runtime(runtime)
+    if runtime == "keras":
+        return KerasPredictor(classifier.model, classifier.kind)
+    from kformer.threads import thread_count
+
+    return OnnxPredictor.for_classifier(classifier, thread_count(), int8=runtime == "onnx-int8")
+
+
+class KerasPredictor:
+    """ids ``(batch, width)`` int32 -> probabilities ``(batch, classes)`` float32 with the Keras
+    network: kformer's encoder (``kind`` ``"encoder"``) or a KerasHub BERT classifier (``"bert"``).
+
+    The caller pads batches to few shapes (XLA compiles once per shape) and cuts them at
+    :attr:`max_batch` rows, except where :attr:`any_shape` says one graph takes them all.
+    """
+
+    name = "keras"
+    max_batch = BATCH_BUCKETS[-1]  # the largest batch warmup compiles
+
+    def __init__(self, model, kind: str):
+        self.model, self.kind = model, kind
+        # kind "bert" on TensorFlow: the network as one graph of any (batch, width), built on first
+        # use (any_shape; False: none on this backend)
+        self.graph = None
+        self._xla = False  # kind "bert" elsewhere: predict_on_batch switched to XLA on first use
+
+    @property
+    def any_shape(self) -> bool:
+        """True when the network is a BERT classifier run as one TensorFlow graph that takes every
+        ``(batch, width)`` (:func:`~kformer.models.pretrained.bert_graph_function`): its batches
+        are cut to exactly their longest row and never padded with rows."""
+        if self.kind != "bert":
+            return False
+        if self.graph is None:
+            from kformer.models.pretrained import bert_graph_function
+
+            self.graph = bert_graph_function(self.model) or False
+        return bool(self.graph)
+
+    def __call__(self, ids: np.ndarray) -> np.ndarray:
+        if self.kind == "encoder":
+            return np.asarray(self.model.predict_on_batch(ids), dtype="float32")
+        if self.any_shape:
+            return self._as_probabilities(self.graph(ids))
+        import keras
+
+        from kformer.models.pretrained import bert_inputs
+
+        # another backend: keras.Model's own predict_on_batch. The ids are already tokenized, so
+        # KerasHub's override (which runs the string preprocessor first) is skipped without touching
+        # the model; XLA compiles the prediction step once per (batch, width) shape (warmup).
+        if not self._xla:
+            self.model.jit_compile, self.model.predict_function, self._xla = True, None, True
+        return self._as_probabilities(np.asarray(keras.Model.predict_on_batch(self.model, bert_inputs(ids)[0]),
+                                                 dtype="float32"))
+
+    def _as_probabilities(self, outputs: np.ndarray) -> np.ndarray:
+        """A BERT classifier's outputs ``(batch, classes)`` as probabilities: KerasHub classifiers
+        built without ``activation="softmax"`` (folders from other tools) return logits."""
+        import keras
+
+        if getattr(self.model, "activation", None) is keras.activations.softmax:
+            return outputs
+        shifted = np.exp(outputs - outputs.max(axis=1, keepdims=True))
+        return shifted / shifted.sum(axis=1, keepdims=True)
+
+
 class OnnxPredictor:
-    """ids ``(batch, width)`` int32 -> probabilities ``(batch, classes)`` float32 with ONNX Runtime."""
+    """ids ``(batch, width)`` int32 -> probabilities ``(batch, classes)`` float32 with ONNX Runtime
+    (any batch size; widths as the caller's buckets)."""
+
+    any_shape = False
+    max_batch = None
 
     def __init__(self, onnx_model: bytes, threads: int | None = None, name: str = "onnx"):
         self.name = name
@@ -51,7 +125,7 @@ class OnnxPredictor:
         """Convert ``classifier``'s network (its ``serving_default`` export) to ONNX in memory;
         with ``int8``, its matrix weights quantized to 8 bits (:func:`quantize_int8`)."""
         from kformer.models.export_plan import onnx_file, require_onnx
-        from kformer.tasks.classify_export import classifier_endpoint
+        from kformer.tasks.classify.export import classifier_endpoint
 
         require_onnx()
         with tempfile.TemporaryDirectory(prefix="kformer-onnx-") as tmp:
@@ -78,16 +152,3 @@ def quantize_int8(path: Path, out: Path) -> Path:
 
     quantize_dynamic(str(path), str(out), weight_type=QuantType.QInt8, per_channel=True)
     return out
-
-
-def use_runtime(model: Any, runtime: str) -> Any:
-    """``model`` (a loaded task model) predicting on ``runtime``; returns it. Only classifiers
-    change: other tasks keep Keras whatever ``runtime`` says."""
-    from kformer.threads import thread_count
-
-    check_runtime(runtime)
-    if getattr(model, "task", None) != "classify":
-        return model
-    model.predictor = None if runtime == "keras" else OnnxPredictor.for_classifier(
-        model, thread_count(), int8=runtime == "onnx-int8")
-    return model
