@@ -77,14 +77,14 @@ class ClassifyRun(skeleton.TrainingRun):
         train, valid, test = data
         if saved is None:
             _check_backbone(config)
-            train, valid = split(config.valid_fraction, config.seed, train, valid)
+        train, valid = split(config.valid_fraction, config.seed, train, valid)
+        if saved is None:
             stats = data_stats(train.texts, train.labels, len(valid))
             config, auto = RULES.resolve(config, stats)
             labels = sorted(set(train.labels))
             line = describe(stats, auto.to_json())
         else:  # settings, labels and auto choices as the run began
             labels = _saved_labels(saved.extra)
-            train, valid = split(config.valid_fraction, config.seed, train, valid)
             auto = AutoChoices(saved.auto)
             line = describe(None, saved.auto)
         check_labels(labels, train, "data", "label(s) {shown} of {field} are not among the checkpoint's labels; "
