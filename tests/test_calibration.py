@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import TICKET_QUEUES, write_csv, write_tickets
 
-from kformer.tasks.calibration import choose_threshold
+from kformer.tasks.classify.calibration import choose_threshold
 
 
 def test_threshold_maximises_accuracy_over_in_and_out_of_scope_rows():

@@ -110,10 +110,9 @@ def test_onnx_runtime_serves_the_same_predictions(folders, classifier):
     from test_server_api import serving
 
     from kformer import load
-    from kformer.runtimes import use_runtime
     from kformer.server import ServeConfig
 
-    onnx = use_runtime(load(folders["tickets"]), "onnx")
+    onnx = load(folders["tickets"], runtime="onnx")
     assert onnx.metadata()["runtime"] == "onnx" and classifier.metadata()["runtime"] == "keras"
     np.testing.assert_allclose(onnx.probabilities(TEXTS), classifier.probabilities(TEXTS), atol=1e-4)
     assert onnx.attention_maps(TEXTS[0]).maps["encoder"].shape[:2] == (1, 2)  # still the Keras network
@@ -133,9 +132,8 @@ def test_onnx_runtime_serves_the_same_predictions(folders, classifier):
 
 def test_int8_runtime_quantizes_the_weights_and_keeps_the_predictions(folders, classifier):
     from kformer import load
-    from kformer.runtimes import use_runtime
 
-    int8 = use_runtime(load(folders["tickets"]), "onnx-int8")
+    int8 = load(folders["tickets"], runtime="onnx-int8")
     assert int8.metadata()["runtime"] == "onnx-int8"
     exact, quantized = classifier.probabilities(TEXTS), int8.probabilities(TEXTS)
     assert not np.allclose(quantized, exact, atol=1e-6)  # 8-bit weights: not the float network

@@ -93,10 +93,10 @@ def test_bert_prediction_cuts_each_batch_to_its_longest_row_in_one_traced_graph(
     classifier = _classifier(_tiny(max_length=24), tmp_path)
     texts = _texts(40, seed=3)
     lengths = np.sort((classifier.features(texts) != 0).sum(axis=1))
-    assert classifier._any_shape()
-    graph = classifier._bert_graph
+    assert classifier.predictor.any_shape
+    graph = classifier.predictor.graph
     seen = []
-    classifier._bert_graph = lambda ids: seen.append(ids.shape) or graph(ids)
+    classifier.predictor.graph = lambda ids: seen.append(ids.shape) or graph(ids)
     probs = classifier.probabilities(texts, batch_size=16)
     assert seen == [(16, lengths[15]), (16, lengths[31]), (8, lengths[39])]
     assert len({width for _, width in seen}) == 3  # three different widths ...
@@ -136,11 +136,12 @@ def test_compiled_tokenising_gives_the_eager_preprocessors_ids():
 
 
 def test_adamw_leaves_biases_and_layer_norms_undecayed(tmp_path):
-    from kformer.tasks.classify import ClassifyConfig, _compile
+    from kformer.tasks.classify import ClassifyConfig
+    from kformer.tasks.classify.network import compile_network
 
     model = _tiny()
     config = ClassifyConfig(backbone="bert-scratch", learning_rate=1e-3, epochs=1)
-    _compile(model, config, 10, "bert")
+    compile_network(model, config, 10, "bert")
     decayed = {v.path for v in model.trainable_variables if model.optimizer._use_weight_decay(v)}
     names = {v.path.rsplit("/", 1)[-1] for v in model.trainable_variables if v.path not in decayed}
     assert names == {"bias", "gamma", "beta"}
@@ -192,7 +193,7 @@ def test_bert_training_batches_come_in_few_shapes_for_xla():
     (the short one is filled with copies of its rows weighted 0, its real rows weighted up so its
     loss stays their mean) and a width bucket; validation batches keep their rows."""
     from kformer.data.batching import bucket_width
-    from kformer.tasks.classify import _batches
+    from kformer.tasks.classify.network import batches as _batches
 
     rng = np.random.default_rng(0)
     lengths = rng.integers(2, 40, size=40)
@@ -218,16 +219,17 @@ def test_bert_training_batches_come_in_few_shapes_for_xla():
 
 def test_pretrained_run_records_pooling_and_trains_under_a_time_budget(tmp_path, monkeypatch):
     from kformer.tasks import classify
+    from kformer.tasks.classify import network
 
     compiled = []
-    original = classify._compile
+    original = network.compile_network
 
     def spy(model, *args, **kwargs):
         callbacks = original(model, *args, **kwargs)
         compiled.append(model.jit_compile)
         return callbacks
 
-    monkeypatch.setattr(classify, "_compile", spy)
+    monkeypatch.setattr(network, "compile_network", spy)
     import keras
 
     import kformer.models.pretrained as pretrained

@@ -95,7 +95,8 @@ def _or_words(kind, words: list[str]):
         try:
             return kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {_word(kind)} or {' or '.join(words)}") from None
+            # argparse's own words for a bad number (what these flags said before they took "auto" too)
+            raise argparse.ArgumentTypeError(f"invalid {kind.__name__} value: {text!r} (or {' or '.join(words)})") from None
 
     parse.__name__ = kind.__name__  # argparse names the type in its error message
     return parse

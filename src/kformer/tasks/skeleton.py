@@ -13,6 +13,7 @@ A task supplies its steps as a :class:`TrainingRun`::
         def read(self, config, data, valid, test): ...      # check the data, no Keras yet
         def prepare(self, config, data, saved): ...         # splits, auto settings, vocabularies
         def fit(self, prepared, state_dir, resume, progress, cluster): ...
+        def assemble(self, prepared, fitted): ...           # optional: what validation decides
         def evaluate(self, prepared, fitted): ...           # -> the task's metrics
         def write(self, out, prepared, fitted, metrics): ...
 
@@ -81,6 +82,12 @@ class TrainingRun(ABC):
             cluster: Cluster | None) -> Any:
         """Build and train the model (inside the job's scope when ``cluster`` is given)."""
 
+    def assemble(self, prepared: Prepared, fitted: Any) -> Any:
+        """What is chosen on the validation data once the model is fitted (classify: the wide
+        part's weight, the threshold), outside the job's scope like :meth:`evaluate`; what it
+        returns is what :meth:`evaluate` and :meth:`write` get. The default keeps ``fitted``."""
+        return fitted
+
     @abstractmethod
     def evaluate(self, prepared: Prepared, fitted: Any) -> dict[str, Any]:
         """The task's metrics (``metrics.json``, before the keys every task records)."""
@@ -119,6 +126,7 @@ def train(run: TrainingRun, config=None, data=None, out: str | os.PathLike | Non
             ResumeState.of(prepared.config, prepared.auto.to_json(), **run.state(prepared, state_dir)).write(state_dir)
         with contextlib.nullcontext() if cluster is None else cluster.scope():
             fitted = run.fit(prepared, state_dir, resume, progress, cluster)
+        fitted = run.assemble(prepared, fitted)
         metrics = {**run.evaluate(prepared, fitted), "recipe": to_dict(prepared.config),
                    "auto": prepared.auto.to_json(), **({"command": list(command)} if command is not None else {})}
         if cluster is None or cluster.chief:

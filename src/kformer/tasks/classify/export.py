@@ -34,7 +34,9 @@ def classifier_endpoint(classifier) -> Endpoint:
 
 
 def classifier_plan(classifier) -> Plan:
-    if getattr(classifier, "wide", None) is not None:
+    """The export :class:`~kformer.models.export_plan.Plan` of a loaded
+    :class:`~kformer.tasks.classify.Classifier` (refused with a wide part: see the module)."""
+    if classifier.wide is not None:
         raise Unsupported(f"{classifier.folder} mixes a wide n-gram part (scikit-learn) into its probabilities, which "
                           "an export cannot carry; retrain with --no-wide to export it", field="model_dir")
     import tensorflow as tf
