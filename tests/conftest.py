@@ -82,6 +82,15 @@ def write_tsv_pairs(path: Path, pairs) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory) -> dict[str, Path]:
+    """Folders of the tiny classifier, translator and arithmetic model the serving and export tests
+    share (server_helpers.py), trained once per session; tests must not write into them."""
+    from server_helpers import train_tiny_models
+
+    return train_tiny_models(tmp_path_factory.mktemp("tiny-models"))
+
+
 @pytest.fixture(scope="module")
 def eager_decoding():
     """Decode without compiling the decode loop: tiny models and a handful of steps are quicker

@@ -7,7 +7,6 @@ import json
 
 import numpy as np
 import pytest
-from server_helpers import tiny_models
 
 from kformer.cli import main
 from kformer.errors import BadInput, ModelNotFound
@@ -18,8 +17,8 @@ TEXTS = ["my laptop screen is broken", "Refund my INVOICE, please!", "", "passwo
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory):
-    return tiny_models(tmp_path_factory)
+def folders(tiny_models):
+    return tiny_models
 
 
 @pytest.fixture(scope="module")
