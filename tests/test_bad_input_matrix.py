@@ -493,6 +493,7 @@ def test_predict_and_evaluate_stream_a_file_in_chunks(capsys, tmp_path, models, 
     assert model.evaluate(data, limit=15)["n"] == 15 and held == [10, 5]
 
 
+@pytest.mark.slow
 def test_the_readers_are_lazy(tmp_path):
     from kformer.data.readers import iter_labelled, iter_texts
 

@@ -149,6 +149,7 @@ def test_data_stats_measure_words_and_sample_huge_sets():
     assert line.startswith("auto settings for 120,001 training rows, 3 classes") and "dim=64, learning_rate=0.002" in line
 
 
+@pytest.mark.slow
 def test_auto_run_records_choices_reports_them_first_and_explicit_values_win(tmp_path):
     train = write_tickets(tmp_path / "train.csv", 200, seed=1)
     events = []

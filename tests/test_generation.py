@@ -54,6 +54,7 @@ def _check_contract(tokens, max_length):
         assert not (row == START_ID).any()
 
 
+@pytest.mark.slow
 def test_cached_greedy_equals_full_recomputation(model):
     cached = greedy_decode(model, SOURCE, 9)
     full = greedy_decode(model, SOURCE, 9, use_cache=False)
@@ -62,12 +63,14 @@ def test_cached_greedy_equals_full_recomputation(model):
     assert cached.shape[1] >= 3  # the check covers several cached steps
 
 
+@pytest.mark.slow
 def test_greedy_without_stopping_runs_max_length(model):
     tokens = greedy_decode(model, SOURCE, 9, stop_at_end=False)
     assert tokens.shape[1] <= 9
     np.testing.assert_array_equal(tokens, greedy_decode(model, SOURCE, 9, use_cache=False, stop_at_end=False))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", [2, 4])
 def test_compiled_beam_equals_the_reference_search(model, width):
     """The compiled beam loop (the default) = the step-by-step reference, cached and full recomputation."""
@@ -81,6 +84,7 @@ def test_compiled_beam_equals_the_reference_search(model, width):
     assert (4, 8, 9, width) in called and {(b, w) for b, w, *_ in called} <= set(generation.decode_shapes(model))
 
 
+@pytest.mark.slow
 def test_compiled_beam_equals_the_reference_on_random_models(eager):
     """Random models, sources, row limits, length penalties, widths and ``stop_at_end``: the
     compiled loop's answers are the reference search's (run eagerly: the same ops, no tracing)."""
@@ -134,10 +138,12 @@ def test_an_example_is_decided_only_when_no_continuation_can_win(eager, unfinish
     assert np.asarray(result).tolist() == [decided]
 
 
+@pytest.mark.slow
 def test_beam_width_one_is_greedy(model):
     np.testing.assert_array_equal(beam_search(model, SOURCE, 9, beam_width=1), greedy_decode(model, SOURCE, 9))
 
 
+@pytest.mark.slow
 def test_batched_beam_equals_one_example_at_a_time(eager):
     model = _sharpen(_model(seed=5))
     batched = beam_search(model, SOURCE, 9, beam_width=3)
@@ -158,6 +164,7 @@ def _unended():
     return model
 
 
+@pytest.mark.slow
 def test_row_limits_cut_each_row_where_its_limit_says(model):
     """Greedy with per-row limits = the unlimited decode cut at each limit (cached, full and beam 1)."""
     unended = _unended()
@@ -175,6 +182,7 @@ def test_row_limits_cut_each_row_where_its_limit_says(model):
     np.testing.assert_array_equal(greedy_decode(model, SOURCE, 9, row_limits=[9, 9, 9]), greedy_decode(model, SOURCE, 9))
 
 
+@pytest.mark.slow
 def test_beam_row_limits_equal_a_shorter_max_length_per_row(eager):
     unended = _unended()
     limited = beam_search(unended, SOURCE, 9, beam_width=3, row_limits=LIMITS)
@@ -200,6 +208,7 @@ def _sequence_log_probs(model, source, sequences):
     return [float(sum(logp[row, i, t] for i, t in enumerate(seq))) for row, seq in enumerate(sequences)]
 
 
+@pytest.mark.slow
 def test_beam_search_finds_the_best_sequence_by_brute_force(eager):
     # Vocabulary: PAD UNK START END + 2 tokens; emittable: UNK(1), END(3), 4, 5. Max length 3.
     tiny = _sharpen(_model(vocab=6, seed=3), scale=3.0)
@@ -272,6 +281,7 @@ def _looping(seed=3, vocab=9):
     return model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("max_repeat", [1, 2, 3])
 def test_max_repeat_caps_back_to_back_copies_of_every_span(eager, max_repeat):
     """Unlimited, the looping model repeats a token or a span more than ``max_repeat`` times; with
@@ -296,6 +306,7 @@ def test_max_repeat_caps_back_to_back_copies_of_every_span(eager, max_repeat):
         generation.reference_beam_search(looping, SOURCE, 9, 3, max_repeat=max_repeat))
 
 
+@pytest.mark.slow
 def test_max_repeat_changes_nothing_where_nothing_repeats_that_often(model):
     """A limit at the most copies greedy output already has is invisible; one less changes it."""
     unlimited = greedy_decode(model, SOURCE, 9)

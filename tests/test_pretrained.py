@@ -56,6 +56,7 @@ def test_mean_pooling_averages_only_real_tokens_and_ignores_padding():
     np.testing.assert_allclose(out_long, np.asarray(expected), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_mean_pooling_model_saves_and_loads_in_safe_mode_and_predicts_raw_text(tmp_path):
     import keras
 
@@ -70,6 +71,7 @@ def test_mean_pooling_model_saves_and_loads_in_safe_mode_and_predicts_raw_text(t
     np.testing.assert_allclose(loaded.predict(texts, verbose=0), model.predict(texts, verbose=0), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_bucketed_bert_prediction_equals_full_padding(tmp_path):
     """Sorted by length, cut to each batch's longest row (width buckets) and padded to batch
     buckets: the same probabilities as every text padded to max_length in input order."""
@@ -87,6 +89,7 @@ def test_bucketed_bert_prediction_equals_full_padding(tmp_path):
     np.testing.assert_allclose(classifier.probabilities(texts, batch_size=256), full, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_bert_prediction_cuts_each_batch_to_its_longest_row_in_one_traced_graph(tmp_path):
     """On TensorFlow the BERT network runs as one graph of any shape: each length-sorted batch is
     cut to exactly its longest row (no width bucket, no filler rows), traced once for all."""
@@ -104,6 +107,7 @@ def test_bert_prediction_cuts_each_batch_to_its_longest_row_in_one_traced_graph(
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_classifier_saved_with_logits_predicts_the_same_probabilities(tmp_path):
     """A KerasHub BERT classifier built without ``activation="softmax"`` (another tool's folder)
     returns logits; kformer reads that from the model, not from the numbers, and applies softmax."""
@@ -119,6 +123,7 @@ def test_a_classifier_saved_with_logits_predicts_the_same_probabilities(tmp_path
     np.testing.assert_allclose(expected.sum(axis=1), 1.0, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_compiled_tokenising_gives_the_eager_preprocessors_ids():
     """bert_token_ids runs the preprocessor traced (TensorFlow Text ops); KerasHub's eager call
     takes its pure-Python path. Both must give the same ids: accents, case, punctuation, CJK,
@@ -217,6 +222,7 @@ def test_bert_training_batches_come_in_few_shapes_for_xla():
     assert [len(batch[1]) for batch in valid] == [16, 16, 8]
 
 
+@pytest.mark.slow
 def test_pretrained_run_records_pooling_and_trains_under_a_time_budget(tmp_path, monkeypatch):
     from kformer.tasks import classify
     from kformer.tasks.classify import network
@@ -272,6 +278,7 @@ def test_pretrained_run_records_pooling_and_trains_under_a_time_budget(tmp_path,
     assert validation and set(validation) == {(False, True)}
 
 
+@pytest.mark.slow
 def test_frozen_backbone_trains_only_the_head_on_cached_vectors(tmp_path):
     from kformer.models.pretrained import frozen_parts, text_vectors
     from kformer.tasks import classify
@@ -295,6 +302,7 @@ def test_frozen_backbone_trains_only_the_head_on_cached_vectors(tmp_path):
     assert result.metrics["valid"]["accuracy"] == 1.0
 
 
+@pytest.mark.slow
 def test_freeze_token_embedding_trains_all_but_the_pretrained_token_table(tmp_path):
     """A pretrained folder (a tiny KerasHub preset) fine-tuned with ``freeze_token_embedding``: the
     saved token table is the folder's, the encoder's weights moved; a scratch backbone is refused."""

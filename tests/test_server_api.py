@@ -412,6 +412,7 @@ def test_page_docs_and_openapi_are_served():
     run(body())
 
 
+@pytest.mark.slow
 def test_the_built_wheel_carries_the_page(tmp_path):
     """A regular `pip install .` serves the page: its files are package data in the wheel."""
     import shutil

@@ -139,6 +139,7 @@ def test_old_folder_without_format_version_still_loads(trained, tmp_path):
     np.testing.assert_allclose(loaded.probabilities(["refund please"]), model.probabilities(["refund please"]), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_train_from_a_file_records_auto_choices(files):
     root, train_csv, _ = files
     out = root / "from-file"

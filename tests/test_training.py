@@ -66,6 +66,7 @@ class _Slow(keras.callbacks.Callback):
         time.sleep(0.02)
 
 
+@pytest.mark.slow
 def test_time_budget_stops_training(tmp_path):
     set_seed(0)
     x, y = _data()
@@ -89,6 +90,7 @@ class _SlowValidation(keras.callbacks.Callback):
         time.sleep(2.5)
 
 
+@pytest.mark.slow
 def test_time_budget_spent_in_validation_starts_no_new_epoch(tmp_path):
     set_seed(0)
     x, y = _data()
@@ -98,6 +100,7 @@ def test_time_budget_spent_in_validation_starts_no_new_epoch(tmp_path):
     assert result.stopped_by_budget and result.epochs_run == 1 and slow.trained == 2  # no batch of epoch 2
 
 
+@pytest.mark.slow
 def test_time_budget_not_fired_without_limit():
     budget = TimeBudget(None)
     model = _tiny_model()
@@ -106,6 +109,7 @@ def test_time_budget_not_fired_without_limit():
     assert not budget.fired
 
 
+@pytest.mark.slow
 def test_checkpoint_atomic_and_resume_continues(tmp_path):
     set_seed(1)
     x, y = _data()
@@ -137,6 +141,7 @@ class _Rates(keras.callbacks.Callback):
         self.rates.append(float(np.asarray(self.model.optimizer.learning_rate)))
 
 
+@pytest.mark.slow
 def test_resumed_time_budget_and_its_decay_continue_the_interrupted_runs_clock(tmp_path):
     set_seed(2)
     x, y = _data()
@@ -158,6 +163,7 @@ def test_resumed_time_budget_and_its_decay_continue_the_interrupted_runs_clock(t
     assert third.stopped_by_budget and third.epochs_run == 1
 
 
+@pytest.mark.slow
 def test_failed_checkpoint_keeps_previous(tmp_path, monkeypatch):
     x, y = _data()
     model = _tiny_model()
