@@ -328,3 +328,13 @@ def test_readme_is_short_and_links_every_guide():
     for guide in [*sorted((ROOT / "docs").glob("*.md")), ROOT / "BENCHMARKS.md"]:
         if guide.name != "benchmarks-history.md":
             assert f"]({name(guide)})" in text, f"README.md does not link {name(guide)}"
+
+
+def test_the_errors_guide_table_is_the_error_table():
+    from kformer.errors import ERROR_TABLE
+
+    text = (ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
+    for kind, (exit_code, http_status, _) in ERROR_TABLE.items():
+        row = next(line for line in text.splitlines() if line.startswith(f"| `{kind.__name__}`"))
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        assert cells[1:3] == [str(exit_code), str(http_status)], row

@@ -11,13 +11,12 @@ import sys
 from pathlib import Path
 
 from kformer.cli.distribute import (
-    add_distribute_flags,
     distribute_config,
     job_progress,
     worker_line,
 )
 from kformer.cli.progress import add_log_flags, progress_for
-from kformer.cli.settings_flags import add_setting_flags, settings_from_args
+from kformer.cli.settings_flags import add_train_flags, settings_from_args
 from kformer.errors import BadInput
 from kformer.tasks.arithmetic.settings import ArithmeticConfig
 
@@ -35,17 +34,9 @@ def register(commands, train_tasks) -> None:
         "problems that training never sees (also written to OUT/metrics.json). Settings come from "
         "--recipe, then the flags below.",
     )
-    train.add_argument("--out", required=True, metavar="DIR", help="model folder to write")
-    train.add_argument(
-        "--recipe", default=DEFAULT_RECIPE, metavar="NAME|PATH",
-        help=f"settings: a shipped recipe name or a TOML file (default {DEFAULT_RECIPE})",
-    )
-    train.add_argument("--resume", action="store_true",
-                       help="continue from the last checkpoint in --out (--epochs and --max-minutes may change; "
-                       "--max-minutes then counts the interrupted run's minutes too)")
-    add_log_flags(train)
-    add_distribute_flags(train)
-    train.set_defaults(settings=add_setting_flags(train, ArithmeticConfig))
+    add_train_flags(train, ArithmeticConfig, out_help="model folder to write", out_required=True,
+                    default_recipe=DEFAULT_RECIPE,
+                    recipe_help=f"settings: a shipped recipe name or a TOML file (default {DEFAULT_RECIPE})")
     train.set_defaults(handler=_train)
 
     demo = commands.add_parser(

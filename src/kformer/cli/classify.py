@@ -15,13 +15,11 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from kformer.cli.distribute import (
-    add_distribute_flags,
     distribute_config,
     job_progress,
     worker_line,
 )
-from kformer.cli.progress import add_log_flags
-from kformer.cli.settings_flags import add_setting_flags, settings_from_args
+from kformer.cli.settings_flags import add_train_flags, settings_from_args
 from kformer.errors import BadInput
 from kformer.tasks.classify.settings import ClassifyConfig
 
@@ -36,17 +34,13 @@ def register(commands, train_tasks) -> None:
         description="Train a text classifier (kformer's encoder, a small BERT, or pretrained MiniLM) "
         "on CSV/TSV/JSONL (optionally .gz) or a folder of label folders (pos/, neg/ of .txt files). "
         "Settings come from --recipe, then the flags below; what neither sets is chosen from the training data "
-        "(auto: printed before training, with reasons in metrics.json; README: Classify text).",
+        "(auto: printed before training, with reasons in metrics.json; docs/settings.md lists the rules).",
     )
     train.add_argument("--data", required=True, metavar="TRAIN", help="labelled training file or folder")
     train.add_argument("--valid", metavar="FILE", help="validation file (default: a stratified hold-out of TRAIN)")
     train.add_argument("--test", metavar="FILE", help="test file, scored once after training and written to metrics.json")
-    train.add_argument("--recipe", metavar="NAME|PATH", help="named recipe (imdb, banking77, tickets) or a TOML file")
-    train.add_argument("--out", metavar="DIR", help="model folder to write (default: runs/<name of TRAIN>)")
-    train.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
-    add_log_flags(train)
-    add_distribute_flags(train)
-    train.set_defaults(settings=add_setting_flags(train, ClassifyConfig))
+    add_train_flags(train, ClassifyConfig, out_help="model folder to write (default: runs/<name of TRAIN>)",
+                    recipe_help="named recipe (imdb, banking77, tickets) or a TOML file")
     train.set_defaults(handler=train_command)
 
     predict = commands.add_parser(

@@ -49,6 +49,27 @@ def add_setting_flags(parser: argparse.ArgumentParser, config_cls, *, skip: tupl
     return names
 
 
+def add_train_flags(train: argparse.ArgumentParser, config_cls, *, recipe_help: str, out_help: str,
+                    out_required: bool = False, default_recipe: str | None = None) -> None:
+    """What every ``kformer train TASK`` takes beside its data: ``--out``, ``--recipe``,
+    ``--resume``, the log and data-parallel flags, and one flag per setting of ``config_cls``
+    (their names end up in ``args.settings``)."""
+    from kformer.cli.distribute import add_distribute_flags
+    from kformer.cli.progress import add_log_flags
+    from kformer.config import fields
+    from kformer.tasks.state import RESUMABLE
+
+    train.add_argument("--out", required=out_required, metavar="DIR", help=out_help)
+    train.add_argument("--recipe", default=default_recipe, metavar="NAME|PATH", help=recipe_help)
+    changeable = ", ".join("--" + name.replace("_", "-") for name in RESUMABLE if name in fields(config_cls))
+    train.add_argument("--resume", action="store_true",
+                       help=f"continue from the last checkpoint in --out with the first run's settings and the same "
+                       f"data; only {changeable} may change (--max-minutes counts the interrupted run's minutes too)")
+    add_log_flags(train)
+    add_distribute_flags(train)
+    train.set_defaults(settings=add_setting_flags(train, config_cls))
+
+
 def settings_from_args(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
     """``{setting: value}`` of the flags given (None for the others: the recipe decides)."""
     return {name: getattr(args, name) for name in names}

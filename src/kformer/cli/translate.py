@@ -12,13 +12,11 @@ import sys
 from pathlib import Path
 
 from kformer.cli.distribute import (
-    add_distribute_flags,
     distribute_config,
     job_progress,
     worker_line,
 )
-from kformer.cli.progress import add_log_flags
-from kformer.cli.settings_flags import add_setting_flags, settings_from_args
+from kformer.cli.settings_flags import add_train_flags, settings_from_args
 from kformer.errors import BadInput
 from kformer.tasks.translate.settings import TranslateConfig
 
@@ -35,14 +33,8 @@ def register(commands, train_tasks) -> None:
     train.add_argument("--data", required=True, metavar="PAIRS.tsv", help="training pairs, source<TAB>target per line")
     train.add_argument("--valid", metavar="FILE", help="validation pairs for early stopping (default: a random hold-out of the training pairs)")
     train.add_argument("--test", metavar="FILE", help="test pairs scored after training (default: hold out up to 2,000 random training pairs)")
-    train.add_argument("--out", metavar="DIR", help="model folder to write (default: runs/<name of PAIRS>)")
-    train.add_argument("--recipe", metavar="NAME|PATH", help="named recipe (en-es, en-ta) or a TOML file of settings")
-    train.add_argument("--resume", action="store_true",
-                       help="continue from the last checkpoint in --out (same data; the vocabularies and model "
-                       "settings of the first run are kept, --epochs, --patience and --max-minutes may change)")
-    add_log_flags(train)
-    add_distribute_flags(train)
-    train.set_defaults(settings=add_setting_flags(train, TranslateConfig))
+    add_train_flags(train, TranslateConfig, out_help="model folder to write (default: runs/<name of PAIRS>)",
+                    recipe_help="named recipe (en-es, en-ta) or a TOML file of settings")
     train.set_defaults(handler=train_command)
 
     translate = commands.add_parser(
