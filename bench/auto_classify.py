@@ -6,7 +6,7 @@
 For each dataset, in the same run: the TF-IDF + linear model of that dataset's own benchmark
 (bench/banking77.py, bench/tickets.py, bench/imdb.py; HWU64 like banking77), then
 ``kformer.tasks.classify.train`` with nothing set but ``max_minutes`` (the rules of
-:mod:`kformer.tasks.classify_auto` choose the rest). Reports test accuracy, macro-F1, training
+:mod:`kformer.tasks.classify.auto` choose the rest). Reports test accuracy, macro-F1, training
 seconds, prediction throughput and the settings auto chose; with a wide n-gram part (``wide``,
 auto for these from-scratch runs) also each part's test accuracy alone (from metrics.json
 ``"wide"``), its weight in the mix and its fitting seconds: what each part contributes. ``--limit N`` keeps N rows of

@@ -87,7 +87,7 @@ def beam_over_greedy(folder: str, sentences: list[str], repeats: int, beam: int 
     systems = {
         "greedy": (1, generation.beam_search),
         f"beam {beam} (compiled loop)": (beam, generation.beam_search),
-        f"beam {beam} (reference: step by step)": (beam, generation._reference_beam_search),
+        f"beam {beam} (reference: step by step)": (beam, generation.reference_beam_search),
     }
     if not reference:
         systems.popitem()
@@ -99,7 +99,7 @@ def beam_over_greedy(folder: str, sentences: list[str], repeats: int, beam: int 
 
     cold, outputs = {}, {}
     for name in systems:
-        generation._COMPILED.pop(translator.model, None)  # compile included, as bench.en_es times decodes
+        generation.drop_compiled(translator.model)  # compile included, as bench.en_es times decodes
         with Timer() as timer:
             outputs[name] = run(name)
         cold[name] = timer.seconds

@@ -40,7 +40,9 @@ def _worker(args: argparse.Namespace) -> None:
     from bench.harness import require_shared_data
     from kformer.config import make_config
     from kformer.models.classifier import build_encoder_classifier
-    from kformer.tasks.classify import ClassifyConfig, _compile, _one_hot
+    from kformer.tasks.classify import ClassifyConfig
+    from kformer.tasks.classify.data import one_hot
+    from kformer.tasks.classify.network import compile_network
     from kformer.text.vocabulary import encode as encode_texts
     from kformer.text.vocabulary import learn_vocabulary, make_tokenizer
     from kformer.training import set_seed
@@ -51,13 +53,13 @@ def _worker(args: argparse.Namespace) -> None:
     names = sorted(set(labels))
     vocabulary = learn_vocabulary(texts, config.vocab_size, config.tokenizer)
     ids = encode_texts(make_tokenizer(vocabulary, config.max_length, config.tokenizer, config.truncation), texts)
-    y = _one_hot(labels, {name: i for i, name in enumerate(names)})
+    y = one_hot(labels, {name: i for i, name in enumerate(names)})
     set_seed(0)
     with cluster.scope():
         model = build_encoder_classifier(len(vocabulary), len(names), config.max_length, dim=config.dim,
                                          heads=config.heads, ff_dim=config.ff_dim, blocks=config.blocks,
                                          dropout=config.dropout)
-        _compile(model, config, args.steps)
+        compile_network(model, config, args.steps)
         batches = cluster.batches(ids, y, config.batch_size, shuffle=False)
         steps = min(args.steps, len(batches))
         data = batches.dataset().take(steps).cache()

@@ -44,19 +44,22 @@ def _speed(texts: list[str], max_length: int, batch_size: int, repeats: int) -> 
     """texts/s of kformer's MiniLM prediction (Keras, and ONNX Runtime with 8-bit weights) and of
     plain KerasHub on the same texts."""
     from kformer.models.pretrained import build_bert_classifier
-    from kformer.runtimes import use_runtime
     from kformer.tasks.classify import Classifier
 
     labels = [f"intent_{i}" for i in range(N_INTENTS)]  # speed does not depend on the head's training
     network = build_bert_classifier("minilm", N_INTENTS, max_length, pooling="mean")
     manifest = {"labels": labels, "kind": "bert"}
     kformer = Classifier(Path(tempfile.mkdtemp(prefix="kformer-minilm-")), manifest, network)
-    int8 = Classifier(Path(tempfile.mkdtemp(prefix="kformer-minilm-")), manifest, network)
+    int8 = None  # converted to ONNX Runtime with 8-bit weights in its warm-up
+
+    def convert():
+        nonlocal int8
+        int8 = Classifier(Path(tempfile.mkdtemp(prefix="kformer-minilm-")), manifest, network, runtime="onnx-int8")
+
     hub = build_bert_classifier("minilm", N_INTENTS, max_length, pooling="cls")  # keras_hub.models.BertTextClassifier
     warmups = {}
     for name, ready, run in (("kformer", kformer.warmup, lambda: kformer.probabilities(texts, batch_size=batch_size)),
-                             ("int8", lambda: use_runtime(int8, "onnx-int8"),
-                              lambda: int8.probabilities(texts, batch_size=batch_size)),
+                             ("int8", convert, lambda: int8.probabilities(texts, batch_size=batch_size)),
                              ("keras_hub", lambda: None, lambda: hub.predict(texts, batch_size=batch_size, verbose=0))):
         started = time.perf_counter()
         ready()
@@ -96,13 +99,13 @@ def _speed(texts: list[str], max_length: int, batch_size: int, repeats: int) -> 
 def _runtimes(folder: Path, test_path: Path, batch_size: int, repeats: int) -> list[dict]:
     """Test accuracy and texts/s of a trained classifier folder on each runtime (its wide part, if
     any, mixed in as always; the runtime changes only the network's part)."""
-    from kformer.runtimes import RUNTIMES, use_runtime
     from kformer.tasks import classify
+    from kformer.tasks.classify.runtimes import RUNTIMES
 
     texts, labels = load(test_path)[:2]
     rows = []
     for runtime in RUNTIMES:
-        classifier = use_runtime(classify.load(folder), runtime)
+        classifier = classify.load(folder, runtime=runtime)
         classifier.warmup()
         classifier.probabilities(texts, batch_size=batch_size)
         speeds = []
@@ -110,9 +113,7 @@ def _runtimes(folder: Path, test_path: Path, batch_size: int, repeats: int) -> l
             began = time.perf_counter()
             probs = classifier.probabilities(texts, batch_size=batch_size)
             speeds.append(len(texts) / (time.perf_counter() - began))
-        wide_part, classifier.wide = classifier.wide, None  # the network's part alone: the mix switched off
-        alone = classifier.probabilities(texts, batch_size=batch_size)
-        classifier.wide = wide_part
+        alone = classifier.network_probabilities(texts, batch_size=batch_size)  # the network's part alone
         truth = [classifier.labels.index(label) for label in labels]
         rows.append({"system": f"runtime {runtime}", "accuracy": float((probs.argmax(axis=1) == truth).mean()),
                      "network_alone_accuracy": float((alone.argmax(axis=1) == truth).mean()),

@@ -1,4 +1,10 @@
-"""Shared test fixtures (keep small; helpers append their own below a header)."""
+"""Shared test fixtures (keep small; helpers append their own below a header).
+
+Two loops: ``make test-fast`` runs ``pytest -m "not slow"`` -- unit tests, no training runs, in
+under two minutes -- and ``make test`` runs everything. A test is ``slow`` when it trains or
+compiles a model: marked ``@pytest.mark.slow``, or using a fixture of :data:`TRAINED_FIXTURES`
+(a model trained for several tests), which marks it here.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,16 @@ import kformer
 kformer.setup()  # what the `kformer` command does at start-up: backend, TensorFlow's logs and threads
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+# fixtures that train models for the tests that use them (each module names its own)
+TRAINED_FIXTURES = {"tiny_models", "trained", "readme_run", "runs", "folders", "tickets", "classifier", "translator",
+                    "served", "real_models", "models", "wide_folder", "saved"}
+
+
+def pytest_collection_modifyitems(items):
+    """Mark ``slow`` every test that uses a model trained by a fixture."""
+    for item in items:
+        if TRAINED_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture
@@ -80,6 +96,15 @@ def write_tsv_pairs(path: Path, pairs) -> Path:
     """``source<TAB>target<TAB>attribution`` lines (the extra column is ignored by readers)."""
     path.write_text("".join(f"{s}\t{t}\tattribution\n" for s, t in pairs), encoding="utf-8")
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory) -> dict[str, Path]:
+    """Folders of the tiny classifier, translator and arithmetic model the serving and export tests
+    share (server_helpers.py), trained once per session; tests must not write into them."""
+    from server_helpers import train_tiny_models
+
+    return train_tiny_models(tmp_path_factory.mktemp("tiny-models"))
 
 
 @pytest.fixture(scope="module")

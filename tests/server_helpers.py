@@ -1,4 +1,5 @@
-"""Helpers of the serving tests: tiny real models trained once per session, a uvicorn thread."""
+"""Helpers of the serving and export tests: the tiny real models' settings (the session fixture
+``tiny_models`` of conftest.py trains them once), a uvicorn thread."""
 
 from __future__ import annotations
 
@@ -22,23 +23,17 @@ TINY_ARITHMETIC = {"digits": 2, "held_out_size": 16, "dim": 16, "heads": 2, "ff_
                    "decoder_layers": 1, "batch_size": 32, "steps_per_epoch": 5, "epochs": 1, "warmup_steps": 2,
                    "jit_compile": False}
 
-_FOLDERS: dict[str, Path] = {}
-
-
-def tiny_models(tmp_path_factory) -> dict[str, Path]:
+def train_tiny_models(root: Path) -> dict[str, Path]:
     """Folders of a tiny tickets classifier, English->Tamil translator and 2-digit arithmetic
-    model, trained once per test session (a few seconds each)."""
-    if not _FOLDERS:
-        from kformer.tasks import arithmetic, classify, translate
+    model in ``root`` (a few seconds each)."""
+    from kformer.tasks import arithmetic, classify, translate
 
-        root = tmp_path_factory.mktemp("serving-models")
-        tickets = write_tickets(root / "tickets.csv", 240, seed=5)
-        classify.train(TINY_CLASSIFIER, tickets, root / "tickets")
-        pairs = number_pairs(60, seed=1)
-        translate.train(TINY_TRANSLATOR, pairs, root / "en-ta", valid=pairs[:16], test=pairs[:16])
-        arithmetic.train(TINY_ARITHMETIC, out=root / "arith")
-        _FOLDERS.update({"tickets": root / "tickets", "en-ta": root / "en-ta", "arith": root / "arith"})
-    return dict(_FOLDERS)
+    tickets = write_tickets(root / "tickets.csv", 240, seed=5)
+    classify.train(TINY_CLASSIFIER, tickets, root / "tickets")
+    pairs = number_pairs(60, seed=1)
+    translate.train(TINY_TRANSLATOR, pairs, root / "en-ta", valid=pairs[:16], test=pairs[:16])
+    arithmetic.train(TINY_ARITHMETIC, out=root / "arith")
+    return {"tickets": root / "tickets", "en-ta": root / "en-ta", "arith": root / "arith"}
 
 
 def free_port() -> int:

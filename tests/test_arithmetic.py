@@ -112,6 +112,7 @@ jit_compile = false
 """
 
 
+@pytest.mark.slow
 def test_cli_train_evaluate_attention_and_errors(tmp_path, capsys, monkeypatch):
     from kformer.models import generation
     from kformer.tasks import arithmetic

@@ -266,7 +266,7 @@ def test_disk_full_while_replacing_a_model_leaves_it_as_it_was(tmp_path, models,
 
 
 def test_a_second_training_into_the_same_folder_is_refused(capsys, tmp_path, models, good_csv):
-    from kformer.tasks.base import training_folder
+    from kformer.tasks.training_folder import training_folder
 
     out = tmp_path / "tickets"
     shutil.copytree(models["tickets"], out)
@@ -493,6 +493,7 @@ def test_predict_and_evaluate_stream_a_file_in_chunks(capsys, tmp_path, models, 
     assert model.evaluate(data, limit=15)["n"] == 15 and held == [10, 5]
 
 
+@pytest.mark.slow
 def test_the_readers_are_lazy(tmp_path):
     from kformer.data.readers import iter_labelled, iter_texts
 

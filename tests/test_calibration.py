@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import TICKET_QUEUES, write_csv, write_tickets
 
-from kformer.tasks.calibration import choose_threshold
+from kformer.tasks.classify.calibration import choose_threshold
 
 
 def test_threshold_maximises_accuracy_over_in_and_out_of_scope_rows():
@@ -35,6 +35,7 @@ def test_without_out_of_scope_rows_95_percent_of_correct_predictions_stay_above(
     assert "out_of_scope_recall" not in summary
 
 
+@pytest.mark.slow
 def test_calibrated_folder_routes_low_confidence_texts_to_unknown_by_default(tmp_path):
     from kformer.cli import main
     from kformer.tasks.classify import load

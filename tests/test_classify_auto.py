@@ -1,9 +1,10 @@
-"""``auto`` classify settings: the rules (kformer.tasks.classify_auto) on synthetic data of
+"""``auto`` classify settings: the rules (kformer.tasks.classify.auto) on synthetic data of
 different shapes, the shipped recipes untouched by them, and one tiny run showing the choices
 land in metrics.json, reach the progress callback first, and lose to explicit values."""
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import random
@@ -16,7 +17,7 @@ from kformer.cli.progress import progress_printer
 from kformer.config import AUTO, available_recipes, make_config
 from kformer.tasks import classify
 from kformer.tasks.classify import ClassifyConfig
-from kformer.tasks.classify_auto import (
+from kformer.tasks.classify.auto import (
     UNUSED_BY_PRETRAINED,
     DataStats,
     choose,
@@ -148,6 +149,7 @@ def test_data_stats_measure_words_and_sample_huge_sets():
     assert line.startswith("auto settings for 120,001 training rows, 3 classes") and "dim=64, learning_rate=0.002" in line
 
 
+@pytest.mark.slow
 def test_auto_run_records_choices_reports_them_first_and_explicit_values_win(tmp_path):
     train = write_tickets(tmp_path / "train.csv", 200, seed=1)
     events = []
@@ -186,3 +188,24 @@ def test_early_stopping_ties_on_macro_f1_go_to_the_lower_loss():
             break
     assert stopper.best_epoch == 2  # epoch 1's F1 again, at a lower loss; epoch 3 ties at a higher one
     assert stopper.stopped_epoch == 4  # two epochs without an F1 gain or a lower-loss tie
+
+
+def test_every_auto_setting_has_one_rule_whose_summary_is_its_help_and_flag_help():
+    """A rule's text lives in its summary only: the setting's help and the CLI flag's help say it,
+    and the two texts that once drifted from the code now come from its constants."""
+    from kformer.auto import auto_settings, setting_help
+    from kformer.cli import build_parser
+    from kformer.tasks.classify import auto
+
+    summaries = ClassifyConfig.rules.summaries()
+    assert set(auto_settings(ClassifyConfig)) == set(summaries)
+    parser = build_parser()
+    for command in ("train", "classify"):
+        parser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    flags = {action.dest: action.help for action in parser._actions}
+    for name, summary in summaries.items():
+        assert setting_help(ClassifyConfig, name).endswith(f"(auto: {summary})")
+        assert "(auto:" not in setting_help(ClassifyConfig, name)[: -len(summary) - 8]  # said once
+        assert f"(auto: {summary})" in flags[name].replace("%%", "%")
+    assert f"about {auto.TARGET_STEPS:,} optimizer steps" in summaries["epochs"]
+    assert "seen at least twice" in summaries["vocab_size"] and "distinct" not in summaries["vocab_size"]

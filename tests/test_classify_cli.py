@@ -116,6 +116,7 @@ def _bad_inputs(root: Path) -> dict[str, tuple[Path, tuple[str, ...]]]:
     return cases
 
 
+@pytest.mark.slow
 def test_bad_training_input_is_one_line_and_leaves_nothing(tmp_path):
     cases = _bad_inputs(tmp_path)
     # Started together: each process mostly waits on its imports.

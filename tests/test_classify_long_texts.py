@@ -28,6 +28,7 @@ def test_bigram_vocabulary_and_tokens():
     assert not WordTokenizer(list(RESERVED_TOKENS) + ["good"], 8).with_bigrams  # plain word vocabularies
 
 
+@pytest.mark.slow
 def test_windowed_encoder_matches_full_attention_within_one_window_and_ignores_padding(tmp_path):
     import keras
 
@@ -55,6 +56,7 @@ def test_windowed_encoder_matches_full_attention_within_one_window_and_ignores_p
     np.testing.assert_allclose(load_keras_model(path).predict(long, verbose=0), probs, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_train_with_bigrams_and_windows_then_predict(tmp_path):
     from kformer.tasks.classify import load
 

@@ -121,6 +121,7 @@ def test_pretrained_backbone_errors(monkeypatch, tmp_path):
         backbone_source(str(tmp_path))
 
 
+@pytest.mark.slow
 @pytest.mark.shared_data
 def test_quick_run_on_a_slice_of_real_tickets(shared_data, tmp_path):
     import pandas as pd

@@ -1,4 +1,4 @@
-"""The wide n-gram part of a classifier (kformer.tasks.classify_wide): fitted alone it saves and
+"""The wide n-gram part of a classifier (kformer.tasks.classify.wide, .wide_fit): fitted alone it saves and
 loads without pickle to the same probabilities; in a model folder the classifier's probabilities
 are the mix of the network's and the wide part's by the weight chosen on validation; ``auto``
 turns it on for networks learned from scratch only; export refuses such a folder."""
@@ -14,19 +14,17 @@ from conftest import write_tickets
 
 from kformer.config import make_config
 from kformer.errors import CorruptModel, Unsupported
-from kformer.tasks import classify, classify_wide
-from kformer.tasks.classify import ClassifyConfig
-from kformer.tasks.classify_auto import DataStats, choose
-from kformer.tasks.classify_wide import (
+from kformer.tasks import classify
+from kformer.tasks.classify import ClassifyConfig, network
+from kformer.tasks.classify import wide_fit as classify_wide
+from kformer.tasks.classify.auto import DataStats, choose
+from kformer.tasks.classify.wide import WIDE_FILE, WIDE_VOCAB_FILE, WidePart, load_mix, mix
+from kformer.tasks.classify.wide_fit import (
     C_GRID,
     WEIGHT_GRID,
-    WIDE_FILE,
-    WIDE_VOCAB_FILE,
-    WidePart,
     choose_weight,
     feature_plan,
     fit,
-    mix,
     nb_ratios,
 )
 
@@ -224,10 +222,10 @@ def wide_folder(tmp_path_factory):
     settings = {"epochs": 1, "dim": 16, "ff_dim": 32, "vocab_size": 200, "max_length": 16, "batch_size": 32,
                 "seed": 1, "max_minutes": 5, "wide_refit": True}
     budgets = []  # --max-minutes counts the wide part, fitted first: say it took 90 s
-    fitted, fitted_by = classify_wide.fit_timed, classify._fit
+    fitted, fitted_by = classify_wide.fit_timed, network.fit_network
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(classify_wide, "fit_timed", lambda *a, **k: (fitted(*a, **k)[0], 90.0))
-        patch.setattr(classify, "_fit", lambda c, config, *a: budgets.append(config.max_minutes) or fitted_by(c, config, *a))
+        patch.setattr(network, "fit_network", lambda c, config, *a: budgets.append(config.max_minutes) or fitted_by(c, config, *a))
         result = classify.train(settings, train, root / "model", valid=valid, test=test)
     assert result.config.wide is True  # auto: a scratch backbone
     # the network got what was left: 5 min - 90 s for the fit - 90 s x 200/160 rows for the refit
@@ -247,8 +245,7 @@ def test_folder_predicts_the_mix_of_its_two_parts(wide_folder):
     texts = classify.as_labelled(str(test)).texts
     mixed = model.probabilities(texts)
     wide = WidePart.load(folder, model.labels).probabilities(texts)
-    model.wide = None  # the network alone
-    deep = model.probabilities(texts)
+    deep = model.network_probabilities(texts)  # the network alone
     assert manifest["wide"]["rule"] == "geometric"
     np.testing.assert_allclose(mixed, mix(deep, wide, weight), atol=1e-5)
 
@@ -258,7 +255,7 @@ def test_folder_predicts_the_mix_of_its_two_parts(wide_folder):
     index = {label: i for i, label in enumerate(model.labels)}
     truth = np.array([index[label] for label in rows.labels])
     before = classify_wide.fit(train.texts, train.labels, model.labels)
-    chosen, table = choose_weight(model.probabilities(rows.texts), before.probabilities(rows.texts), truth)
+    chosen, table = choose_weight(model.network_probabilities(rows.texts), before.probabilities(rows.texts), truth)
     assert chosen == weight and table == metrics["wide"]["valid_by_weight"]
     refitted = classify_wide.fit([*train.texts, *rows.texts], [*train.labels, *rows.labels], model.labels)
     np.testing.assert_allclose(WidePart.load(folder).probabilities(texts), refitted.probabilities(texts), atol=1e-5)
@@ -285,14 +282,14 @@ def test_a_folder_from_before_the_geometric_mix_still_mixes_linearly(wide_folder
     manifest = json.loads((folder / "kformer.json").read_text(encoding="utf-8"))
     labels = manifest["labels"]
     entry = {key: value for key, value in manifest["wide"].items() if key != "rule"}  # as written before
-    old = classify_wide.load_mix(folder, entry, labels)
+    old = load_mix(folder, entry, labels)
     assert old.rule == "linear" and old.weight == manifest["wide"]["weight"]
     texts = classify.as_labelled(str(test)).texts[:8]
     deep = np.full((8, len(labels)), 1.0 / len(labels), dtype="float32")
     np.testing.assert_allclose(old(deep, texts), mix(deep, old.part.probabilities(texts), old.weight, "linear"),
                                atol=1e-6)
     with pytest.raises(CorruptModel, match="bad \"wide\" entry"):
-        classify_wide.load_mix(folder, {**entry, "rule": "max"}, labels)
+        load_mix(folder, {**entry, "rule": "max"}, labels)
 
 
 def test_export_refuses_a_folder_with_a_wide_part(wide_folder, tmp_path, capsys):

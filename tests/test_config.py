@@ -5,8 +5,9 @@ from dataclasses import FrozenInstanceError, dataclass
 import pytest
 
 from kformer import config
+from kformer.auto import AutoChoices
 from kformer.cli import error_line, flag_for
-from kformer.config import AUTO, Auto, AutoChoices, build_config, load_recipe, make_config, setting
+from kformer.config import AUTO, Auto, build_config, load_recipe, make_config, setting
 from kformer.errors import BadInput, KformerError
 
 

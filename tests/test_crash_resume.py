@@ -217,6 +217,7 @@ def test_ctrl_c_keeps_the_last_epoch_and_says_how_to_resume(tickets, capsys):
     assert_same_run(out, uninterrupted, 3, CLASSIFY_STEPS)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("eager_decoding")  # the in-process runs score 10 test pairs: no decode compile
 def test_translate_killed_in_a_checkpoint_write_and_in_an_epoch_resumes_to_the_same_model(tmp_path, capsys):
     write_tsv_pairs(tmp_path / "train.tsv", number_pairs(180, seed=1))

@@ -7,7 +7,6 @@ import json
 
 import numpy as np
 import pytest
-from server_helpers import tiny_models
 
 from kformer.cli import main
 from kformer.errors import BadInput, ModelNotFound
@@ -18,8 +17,8 @@ TEXTS = ["my laptop screen is broken", "Refund my INVOICE, please!", "", "passwo
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory):
-    return tiny_models(tmp_path_factory)
+def folders(tiny_models):
+    return tiny_models
 
 
 @pytest.fixture(scope="module")
@@ -110,10 +109,9 @@ def test_onnx_runtime_serves_the_same_predictions(folders, classifier):
     from test_server_api import serving
 
     from kformer import load
-    from kformer.runtimes import use_runtime
     from kformer.server import ServeConfig
 
-    onnx = use_runtime(load(folders["tickets"]), "onnx")
+    onnx = load(folders["tickets"], runtime="onnx")
     assert onnx.metadata()["runtime"] == "onnx" and classifier.metadata()["runtime"] == "keras"
     np.testing.assert_allclose(onnx.probabilities(TEXTS), classifier.probabilities(TEXTS), atol=1e-4)
     assert onnx.attention_maps(TEXTS[0]).maps["encoder"].shape[:2] == (1, 2)  # still the Keras network
@@ -133,9 +131,8 @@ def test_onnx_runtime_serves_the_same_predictions(folders, classifier):
 
 def test_int8_runtime_quantizes_the_weights_and_keeps_the_predictions(folders, classifier):
     from kformer import load
-    from kformer.runtimes import use_runtime
 
-    int8 = use_runtime(load(folders["tickets"]), "onnx-int8")
+    int8 = load(folders["tickets"], runtime="onnx-int8")
     assert int8.metadata()["runtime"] == "onnx-int8"
     exact, quantized = classifier.probabilities(TEXTS), int8.probabilities(TEXTS)
     assert not np.allclose(quantized, exact, atol=1e-6)  # 8-bit weights: not the float network

@@ -171,6 +171,7 @@ def _gz(data: bytes, how: str) -> bytes:
     return packed
 
 
+@pytest.mark.slow
 @fuzz(300)
 @given(data=st.binary(max_size=400), name=st.sampled_from(["f.csv", "f.tsv", "f.jsonl", "f.csv.gz", "f.jsonl.gz"]))
 @example(data=b"text,label\nhi,a,b,c\n", name="f.csv")  # all rows too wide: pandas took an index
@@ -194,6 +195,7 @@ def test_csv_and_tsv_like_files_give_rows_or_a_kformer_error(workdir, data, sep,
     _assert_labelled_or_error(path)
 
 
+@pytest.mark.slow
 @fuzz(200)
 @given(raw=jsonl_bytes(), gz=st.sampled_from(["", "", "", "ok", "corrupt"]))
 @example(raw=b'{"text": ' + b"[" * 50_000 + b"\n", gz="")  # RecursionError inside json
@@ -591,6 +593,7 @@ def encoder_block():
     return block
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:You are using a softmax over axis")  # one key: weight 1
 @fuzz(50)
 @given(mask=key_masks(max_batch=2, max_keys=6), seed=st.integers(0, 2**16))

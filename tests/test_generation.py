@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kformer.errors import KformerError
-from kformer.models import generation
+from kformer.models import decode_inputs, decode_loops, generation
 from kformer.models.generation import beam_search, greedy_decode, strip_special
 from kformer.models.seq2seq import Seq2SeqTransformer
 from kformer.text.specials import END_ID, PAD_ID, START_ID
@@ -54,6 +54,7 @@ def _check_contract(tokens, max_length):
         assert not (row == START_ID).any()
 
 
+@pytest.mark.slow
 def test_cached_greedy_equals_full_recomputation(model):
     cached = greedy_decode(model, SOURCE, 9)
     full = greedy_decode(model, SOURCE, 9, use_cache=False)
@@ -62,25 +63,28 @@ def test_cached_greedy_equals_full_recomputation(model):
     assert cached.shape[1] >= 3  # the check covers several cached steps
 
 
+@pytest.mark.slow
 def test_greedy_without_stopping_runs_max_length(model):
     tokens = greedy_decode(model, SOURCE, 9, stop_at_end=False)
     assert tokens.shape[1] <= 9
     np.testing.assert_array_equal(tokens, greedy_decode(model, SOURCE, 9, use_cache=False, stop_at_end=False))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", [2, 4])
 def test_compiled_beam_equals_the_reference_search(model, width):
     """The compiled beam loop (the default) = the step-by-step reference, cached and full recomputation."""
     compiled = beam_search(model, SOURCE, 9, beam_width=width)
     full = beam_search(model, SOURCE, 9, beam_width=width, use_cache=False)
     np.testing.assert_array_equal(compiled, full)
-    np.testing.assert_array_equal(compiled, generation._reference_beam_search(model, SOURCE, 9, width))
+    np.testing.assert_array_equal(compiled, generation.reference_beam_search(model, SOURCE, 9, width))
     _check_contract(compiled, 9)
     assert compiled.shape[1] >= 3  # several steps, so parents were reordered
-    called = generation._compiled(model)["beam_shapes"]
+    called = generation.compiled_functions(model)["beam_shapes"]
     assert (4, 8, 9, width) in called and {(b, w) for b, w, *_ in called} <= set(generation.decode_shapes(model))
 
 
+@pytest.mark.slow
 def test_compiled_beam_equals_the_reference_on_random_models(eager):
     """Random models, sources, row limits, length penalties, widths and ``stop_at_end``: the
     compiled loop's answers are the reference search's (run eagerly: the same ops, no tracing)."""
@@ -95,7 +99,7 @@ def test_compiled_beam_equals_the_reference_on_random_models(eager):
         for width, penalty, stop in settings:
             kwargs = dict(beam_width=width, length_penalty=penalty, stop_at_end=stop, row_limits=limits)
             compiled = beam_search(model, sources, 9, **kwargs)
-            np.testing.assert_array_equal(compiled, generation._reference_beam_search(model, sources, 9, **kwargs))
+            np.testing.assert_array_equal(compiled, generation.reference_beam_search(model, sources, 9, **kwargs))
             _check_contract(compiled, 9)
             assert ((compiled != PAD_ID).sum(axis=1) <= limits).all()
 
@@ -105,10 +109,10 @@ def test_the_beam_loop_stops_once_no_answer_can_change(eager, monkeypatch):
     and still answers as the reference search, which runs until every candidate has ended."""
     model = _sharpen(_model(vocab=16, seed=3))
     reference_steps, loop_steps = [], []
-    real_next = generation._CachedStepper.next_logits
-    monkeypatch.setattr(generation._CachedStepper, "next_logits",
+    real_next = generation.CachedStepper.next_logits
+    monkeypatch.setattr(generation.CachedStepper, "next_logits",
                         lambda stepper, tokens: (reference_steps.append(1), real_next(stepper, tokens))[1])
-    reference = generation._reference_beam_search(model, SOURCE, 9, 3)
+    reference = generation.reference_beam_search(model, SOURCE, 9, 3)
     real_step = model.decode_step
     monkeypatch.setattr(model, "decode_step", lambda *args: (loop_steps.append(1), real_step(*args))[1])
     np.testing.assert_array_equal(beam_search(model, SOURCE, 9, beam_width=3), reference)
@@ -130,14 +134,16 @@ def test_an_example_is_decided_only_when_no_continuation_can_win(eager, unfinish
     def penalty(length):
         return ops.power((5.0 + ops.cast(length, "float32")) / 6.0, length_penalty)
 
-    result = generation._decided(scores, finished, lengths, penalty, np.int32(2), np.array([9], "int32"), -np.inf)
+    result = decode_loops.settled(scores, finished, lengths, penalty, np.int32(2), np.array([9], "int32"), -np.inf)
     assert np.asarray(result).tolist() == [decided]
 
 
+@pytest.mark.slow
 def test_beam_width_one_is_greedy(model):
     np.testing.assert_array_equal(beam_search(model, SOURCE, 9, beam_width=1), greedy_decode(model, SOURCE, 9))
 
 
+@pytest.mark.slow
 def test_batched_beam_equals_one_example_at_a_time(eager):
     model = _sharpen(_model(seed=5))
     batched = beam_search(model, SOURCE, 9, beam_width=3)
@@ -158,6 +164,7 @@ def _unended():
     return model
 
 
+@pytest.mark.slow
 def test_row_limits_cut_each_row_where_its_limit_says(model):
     """Greedy with per-row limits = the unlimited decode cut at each limit (cached, full and beam 1)."""
     unended = _unended()
@@ -175,6 +182,7 @@ def test_row_limits_cut_each_row_where_its_limit_says(model):
     np.testing.assert_array_equal(greedy_decode(model, SOURCE, 9, row_limits=[9, 9, 9]), greedy_decode(model, SOURCE, 9))
 
 
+@pytest.mark.slow
 def test_beam_row_limits_equal_a_shorter_max_length_per_row(eager):
     unended = _unended()
     limited = beam_search(unended, SOURCE, 9, beam_width=3, row_limits=LIMITS)
@@ -200,6 +208,7 @@ def _sequence_log_probs(model, source, sequences):
     return [float(sum(logp[row, i, t] for i, t in enumerate(seq))) for row, seq in enumerate(sequences)]
 
 
+@pytest.mark.slow
 def test_beam_search_finds_the_best_sequence_by_brute_force(eager):
     # Vocabulary: PAD UNK START END + 2 tokens; emittable: UNK(1), END(3), 4, 5. Max length 3.
     tiny = _sharpen(_model(vocab=6, seed=3), scale=3.0)
@@ -239,14 +248,14 @@ def test_decoding_reaches_the_compiled_loop_with_a_few_shapes_only(eager):
     for batch_size in range(1, 33):
         for start in range(0, len(sources), batch_size):
             padded = pad_batch(sources[start : start + batch_size], limit=64)
-            shapes |= {chunk.shape for chunk, *_ in generation._decode_chunks(wide, padded)}
+            shapes |= {chunk.shape for chunk, *_ in decode_inputs.decode_chunks(wide, padded)}
     assert len(shapes) <= 12 and shapes <= set(generation.decode_shapes(wide))
     # What greedy_decode sends to the compiled loop is exactly those chunks, and padding rows
     # and columns change no answer.
     alone = [strip_special(greedy_decode(wide, np.array([s], "int32"), 4)[0]) for s in sources[:5]]
     together = greedy_decode(wide, pad_batch(sources[:5], limit=64), 4)
     assert [strip_special(row) for row in together] == alone
-    called = generation._compiled(wide)["shapes"]
+    called = generation.compiled_functions(wide)["shapes"]
     assert {(batch, width) for batch, width, _ in called} <= set(generation.decode_shapes(wide))
 
 
@@ -272,6 +281,7 @@ def _looping(seed=3, vocab=9):
     return model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("max_repeat", [1, 2, 3])
 def test_max_repeat_caps_back_to_back_copies_of_every_span(eager, max_repeat):
     """Unlimited, the looping model repeats a token or a span more than ``max_repeat`` times; with
@@ -293,9 +303,10 @@ def test_max_repeat_caps_back_to_back_copies_of_every_span(eager, max_repeat):
                                   greedy_decode(looping, SOURCE, 9, use_cache=False, max_repeat=max_repeat))
     np.testing.assert_array_equal(
         beam_search(looping, SOURCE, 9, beam_width=3, max_repeat=max_repeat),
-        generation._reference_beam_search(looping, SOURCE, 9, 3, max_repeat=max_repeat))
+        generation.reference_beam_search(looping, SOURCE, 9, 3, max_repeat=max_repeat))
 
 
+@pytest.mark.slow
 def test_max_repeat_changes_nothing_where_nothing_repeats_that_often(model):
     """A limit at the most copies greedy output already has is invisible; one less changes it."""
     unlimited = greedy_decode(model, SOURCE, 9)

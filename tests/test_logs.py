@@ -23,6 +23,7 @@ def recipe(tmp_path, monkeypatch):
     return str(path)
 
 
+@pytest.mark.slow
 def test_piped_training_prints_one_line_per_epoch_and_keeps_train_log_and_curves(tmp_path, recipe, capsys):
     out = tmp_path / "arith"
     assert main(["train", "arithmetic", "--recipe", recipe, "--out", str(out), *TINY]) == 0
@@ -39,6 +40,7 @@ def test_piped_training_prints_one_line_per_epoch_and_keeps_train_log_and_curves
     assert (out / "curves.png").stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_json_log_format_and_quiet(tmp_path, recipe, capsys):
     assert main(["train", "arithmetic", "--recipe", recipe, "--out", str(tmp_path / "a"), *TINY,
                  "--log-format", "json"]) == 0

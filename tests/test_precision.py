@@ -12,6 +12,7 @@ from server_helpers import TINY_CLASSIFIER
 from kformer.errors import BadInput
 
 
+@pytest.mark.slow
 def test_mixed_bfloat16_classifier_trains_saves_loads_and_predicts(tmp_path):
     from kformer import load
     from kformer.tasks import classify

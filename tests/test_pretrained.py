@@ -56,6 +56,7 @@ def test_mean_pooling_averages_only_real_tokens_and_ignores_padding():
     np.testing.assert_allclose(out_long, np.asarray(expected), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_mean_pooling_model_saves_and_loads_in_safe_mode_and_predicts_raw_text(tmp_path):
     import keras
 
@@ -70,6 +71,7 @@ def test_mean_pooling_model_saves_and_loads_in_safe_mode_and_predicts_raw_text(t
     np.testing.assert_allclose(loaded.predict(texts, verbose=0), model.predict(texts, verbose=0), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_bucketed_bert_prediction_equals_full_padding(tmp_path):
     """Sorted by length, cut to each batch's longest row (width buckets) and padded to batch
     buckets: the same probabilities as every text padded to max_length in input order."""
@@ -87,16 +89,17 @@ def test_bucketed_bert_prediction_equals_full_padding(tmp_path):
     np.testing.assert_allclose(classifier.probabilities(texts, batch_size=256), full, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_bert_prediction_cuts_each_batch_to_its_longest_row_in_one_traced_graph(tmp_path):
     """On TensorFlow the BERT network runs as one graph of any shape: each length-sorted batch is
     cut to exactly its longest row (no width bucket, no filler rows), traced once for all."""
     classifier = _classifier(_tiny(max_length=24), tmp_path)
     texts = _texts(40, seed=3)
     lengths = np.sort((classifier.features(texts) != 0).sum(axis=1))
-    assert classifier._any_shape()
-    graph = classifier._bert_graph
+    assert classifier.predictor.any_shape
+    graph = classifier.predictor.graph
     seen = []
-    classifier._bert_graph = lambda ids: seen.append(ids.shape) or graph(ids)
+    classifier.predictor.graph = lambda ids: seen.append(ids.shape) or graph(ids)
     probs = classifier.probabilities(texts, batch_size=16)
     assert seen == [(16, lengths[15]), (16, lengths[31]), (8, lengths[39])]
     assert len({width for _, width in seen}) == 3  # three different widths ...
@@ -104,6 +107,7 @@ def test_bert_prediction_cuts_each_batch_to_its_longest_row_in_one_traced_graph(
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_classifier_saved_with_logits_predicts_the_same_probabilities(tmp_path):
     """A KerasHub BERT classifier built without ``activation="softmax"`` (another tool's folder)
     returns logits; kformer reads that from the model, not from the numbers, and applies softmax."""
@@ -119,6 +123,7 @@ def test_a_classifier_saved_with_logits_predicts_the_same_probabilities(tmp_path
     np.testing.assert_allclose(expected.sum(axis=1), 1.0, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_compiled_tokenising_gives_the_eager_preprocessors_ids():
     """bert_token_ids runs the preprocessor traced (TensorFlow Text ops); KerasHub's eager call
     takes its pure-Python path. Both must give the same ids: accents, case, punctuation, CJK,
@@ -136,11 +141,12 @@ def test_compiled_tokenising_gives_the_eager_preprocessors_ids():
 
 
 def test_adamw_leaves_biases_and_layer_norms_undecayed(tmp_path):
-    from kformer.tasks.classify import ClassifyConfig, _compile
+    from kformer.tasks.classify import ClassifyConfig
+    from kformer.tasks.classify.network import compile_network
 
     model = _tiny()
     config = ClassifyConfig(backbone="bert-scratch", learning_rate=1e-3, epochs=1)
-    _compile(model, config, 10, "bert")
+    compile_network(model, config, 10, "bert")
     decayed = {v.path for v in model.trainable_variables if model.optimizer._use_weight_decay(v)}
     names = {v.path.rsplit("/", 1)[-1] for v in model.trainable_variables if v.path not in decayed}
     assert names == {"bias", "gamma", "beta"}
@@ -150,10 +156,12 @@ def test_adamw_leaves_biases_and_layer_norms_undecayed(tmp_path):
 def test_time_budget_decays_the_rate_to_zero_by_the_cut(monkeypatch):
     """A run cut by max_minutes ends at a low rate, even though its step-based decay is barely
     started."""
+    import time
+
     import kformer.training as training
 
     now = [0.0]
-    monkeypatch.setattr(training.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
 
     class Optimizer:
         class learning_rate:  # noqa: N801
@@ -190,7 +198,7 @@ def test_bert_training_batches_come_in_few_shapes_for_xla():
     (the short one is filled with copies of its rows weighted 0, its real rows weighted up so its
     loss stays their mean) and a width bucket; validation batches keep their rows."""
     from kformer.data.batching import bucket_width
-    from kformer.tasks.classify import _batches
+    from kformer.tasks.classify.network import batches as _batches
 
     rng = np.random.default_rng(0)
     lengths = rng.integers(2, 40, size=40)
@@ -214,18 +222,20 @@ def test_bert_training_batches_come_in_few_shapes_for_xla():
     assert [len(batch[1]) for batch in valid] == [16, 16, 8]
 
 
+@pytest.mark.slow
 def test_pretrained_run_records_pooling_and_trains_under_a_time_budget(tmp_path, monkeypatch):
     from kformer.tasks import classify
+    from kformer.tasks.classify import network
 
     compiled = []
-    original = classify._compile
+    original = network.compile_network
 
     def spy(model, *args, **kwargs):
         callbacks = original(model, *args, **kwargs)
         compiled.append(model.jit_compile)
         return callbacks
 
-    monkeypatch.setattr(classify, "_compile", spy)
+    monkeypatch.setattr(network, "compile_network", spy)
     import keras
 
     import kformer.models.pretrained as pretrained
@@ -268,6 +278,7 @@ def test_pretrained_run_records_pooling_and_trains_under_a_time_budget(tmp_path,
     assert validation and set(validation) == {(False, True)}
 
 
+@pytest.mark.slow
 def test_frozen_backbone_trains_only_the_head_on_cached_vectors(tmp_path):
     from kformer.models.pretrained import frozen_parts, text_vectors
     from kformer.tasks import classify
@@ -291,6 +302,7 @@ def test_frozen_backbone_trains_only_the_head_on_cached_vectors(tmp_path):
     assert result.metrics["valid"]["accuracy"] == 1.0
 
 
+@pytest.mark.slow
 def test_freeze_token_embedding_trains_all_but_the_pretrained_token_table(tmp_path):
     """A pretrained folder (a tiny KerasHub preset) fine-tuned with ``freeze_token_embedding``: the
     saved token table is the folder's, the encoder's weights moved; a scratch backbone is refused."""

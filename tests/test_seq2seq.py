@@ -64,6 +64,7 @@ def test_attention_maps_shapes_and_masking():
     assert np.abs(np.triu(maps["decoder_self"][0, 0, 0], k=1)).max() < 1e-6
 
 
+@pytest.mark.slow
 def test_keras_round_trip_keeps_logits_and_decoded_tokens(tmp_path):
     model = _model(tie_embeddings=True)
     compile_seq2seq(model, learning_rate=1e-3, warmup_steps=5, total_steps=40, label_smoothing=0.1)
@@ -99,6 +100,7 @@ def test_dtype_policy_reaches_the_blocks():
     assert model.output_projection.dtype_policy.name == "float32"  # logits stay float32
 
 
+@pytest.mark.slow
 def test_shared_embeddings_are_one_table_for_source_target_and_output(tmp_path):
     """share_embeddings + tie_embeddings: one (vocab, dim) table; a training step moves it from both
     sides; a .keras round trip keeps it shared and the logits equal."""

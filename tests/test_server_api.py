@@ -412,6 +412,7 @@ def test_page_docs_and_openapi_are_served():
     run(body())
 
 
+@pytest.mark.slow
 def test_the_built_wheel_carries_the_page(tmp_path):
     """A regular `pip install .` serves the page: its files are package data in the wheel."""
     import shutil
@@ -438,14 +439,12 @@ def test_the_built_wheel_carries_the_page(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def real_models(tmp_path_factory):
-    from server_helpers import tiny_models
-
+def real_models(tiny_models):
     from kformer.models import generation
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(generation, "COMPILE", False)  # tiny models decode a few steps: quicker eagerly
-        yield tiny_models(tmp_path_factory)
+        yield tiny_models
 
 
 def test_real_models_answer_as_the_library_does(real_models):

@@ -42,9 +42,9 @@ if (_reason := _missing()) is not None:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def served(tiny_models):
     """The three tiny models served on 127.0.0.1 from a thread; yields (base URL, library models)."""
-    from server_helpers import tiny_models, uvicorn_thread
+    from server_helpers import uvicorn_thread
 
     import kformer
     from kformer.models import generation
@@ -52,7 +52,7 @@ def served(tmp_path_factory):
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(generation, "COMPILE", False)
-        folders = tiny_models(tmp_path_factory)
+        folders = tiny_models
         with uvicorn_thread(create_app(folders, ServeConfig())) as url:
             yield url, {name: kformer.load(folder) for name, folder in folders.items()}
 

@@ -44,6 +44,7 @@ def test_shared_vocabulary_is_one_model_for_both_sides():
     assert source.encode(["2019"]) == target.encode(["2019"])
 
 
+@pytest.mark.slow
 @pytest.mark.shared_data
 def test_real_tamil_round_trips(shared_data):
     from kformer.data.pairs import read_pairs

@@ -28,6 +28,7 @@ TOY = {"dim": 32, "heads": 4, "ff_dim": 64, "encoder_layers": 1, "decoder_layers
        "epochs": 5, "batch_size": 8, "learning_rate": 0.003, "label_smoothing": 0.0, "patience": 5, "seed": 0}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("level", sorted(LEVELS))
 def test_each_level_is_translated_exactly(level, tmp_path, eager_decoding):
     pairs = LEVELS[level]

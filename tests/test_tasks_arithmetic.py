@@ -20,6 +20,7 @@ def eager_decoding(monkeypatch):
     monkeypatch.setattr(generation, "COMPILE", False)  # a handful of decoding steps: skip compiling
 
 
+@pytest.mark.slow
 def test_train_resume_load_solve_and_explain(tmp_path):
     out = tmp_path / "arith"
     events = []

@@ -139,6 +139,7 @@ def test_old_folder_without_format_version_still_loads(trained, tmp_path):
     np.testing.assert_allclose(loaded.probabilities(["refund please"]), model.probabilities(["refund please"]), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_train_from_a_file_records_auto_choices(files):
     root, train_csv, _ = files
     out = root / "from-file"
@@ -193,3 +194,23 @@ def test_cli_exit_codes_by_error_class(trained, tmp_path, capsys):
     assert capsys.readouterr().err.strip() == "kformer: error: --top-k must be at least 1, got 0"
     assert main(["train", "classify", "--data", str(tmp_path / "x.csv"), "--epochs", "0"]) == 2
     assert "--epochs must be at least 1" in capsys.readouterr().err
+
+
+def test_the_parts_belong_to_the_classifier_and_load_takes_a_runtime(trained):
+    """The wide part, the threshold and the runtime are parts of a Classifier, set when it is
+    loaded or assembled (``with_parts`` makes another one; the first is left as it was)."""
+    result, model = trained
+    texts = ["my laptop screen will not boot", "refund the duplicate invoice"]
+    assert model.wide is not None and model.threshold is None  # auto: a scratch network gets a wide part
+    assert model.metadata()["runtime"] == "keras"
+    network_only = model.with_parts(wide=None, threshold=1.0)
+    assert model.wide is not None and model.threshold is None
+    np.testing.assert_allclose(network_only.probabilities(texts), model.network_probabilities(texts), atol=1e-6)
+    assert all(answer["unknown"] for answer in network_only.predict(texts))  # its own threshold routes them
+    assert not any(answer["unknown"] for answer in model.predict(texts))
+    with pytest.raises(BadInput) as caught:
+        kformer.load(result.folder, runtime="tflite")
+    assert caught.value.field == "runtime"
+    with pytest.raises(BadInput) as caught:
+        kformer.load(result.folder, device="gpu")
+    assert caught.value.field == "device"

@@ -34,9 +34,9 @@ def runs(tmp_path_factory, eager_decoding):
     events = []
     first = translate.train({**TINY, "epochs": 1}, tsv, out, valid=tsv, test=tsv, progress=events.append)
     first_checkpoint = json.loads((out / "training" / "checkpoint.json").read_text(encoding="utf-8"))
-    # resumed from memory: vocab_size is a setting of the first run's and is kept
-    resumed = translate.train({**TINY, "epochs": 2, "vocab_size": 999}, pairs, out, valid=pairs, test=pairs,
-                              resume=True)
+    # resumed from memory: vocab_size is a setting of the first run's and is kept; patience may change
+    resumed = translate.train({**TINY, "epochs": 2, "vocab_size": 999, "patience": 7}, pairs, out, valid=pairs,
+                              test=pairs, resume=True)
     return {"pairs": pairs, "tsv": tsv, "out": out, "first": first, "first_checkpoint": first_checkpoint,
             "resumed": resumed, "events": events}
 
@@ -68,6 +68,7 @@ def test_resume_continues_from_the_checkpoint(runs):
     assert resumed.metrics["resumed_from_epoch"] == 1 and resumed.metrics["epochs_run"] == 1
     assert json.loads((out / "training" / "checkpoint.json").read_text(encoding="utf-8"))["epochs_done"] == 2
     assert resumed.config.vocab_size == 300 and resumed.auto == runs["first"].auto
+    assert resumed.config.patience == resumed.metrics["recipe"]["patience"] == 7
     assert resumed.metrics["steps"] == 2 * 2  # the step counter carries on (2 batches of 8 per epoch)
     assert isinstance(resumed.load(), translate.Translator)
 
@@ -100,7 +101,7 @@ def test_each_translation_is_capped_by_its_source_length(runs, monkeypatch):
     translator = translate.load(runs["out"])
     rule = json.loads((runs["out"] / "kformer.json").read_text(encoding="utf-8"))["decode_length"]
     assert rule == translator.decode_length == runs["first"].metrics["lengths"]["decode"]
-    assert rule["extra"] == translate.translate_auto.DECODE_EXTRA and 1.0 <= rule["per_source_token"] <= 4.0
+    assert rule["extra"] == translate.auto.DECODE_EXTRA and 1.0 <= rule["per_source_token"] <= 4.0
     tight = translate.Translator(translator.model, translator.source_vocab, translator.target_vocab, runs["out"],
                                  {**translator.manifest, "decode_length": {"per_source_token": 1.0, "extra": 1}})
     assert tight.decode_limits([1, 3, 500]) == [2, 4, tight.max_target_length]
@@ -138,7 +139,7 @@ def test_warmup_with_beams_readies_what_beam_translations_meet(runs):
 
     translator = translate.load(runs["out"])
     translator.warmup(beams=(1, 3))
-    compiled = generation._compiled(translator.model)
+    compiled = generation.compiled_functions(translator.model)
     warmed = set(compiled["beam_shapes"])
     assert {shape[:2] for shape in warmed} == set(generation.decode_shapes(translator.model))
     assert {shape[3] for shape in warmed} == {3}
@@ -218,3 +219,17 @@ def test_bad_data_fails_before_anything_is_written(tmp_path):
             translate.train(TINY, out=out, **arguments)
         assert raised.value.field == field, arguments
         assert not out.exists()
+
+
+@pytest.mark.parametrize("state", ["{not json", '{"settings": {"epochs": 1}, "auto": {}}'])
+def test_a_corrupt_resume_state_is_one_line_naming_resume(tmp_path, state):
+    """Unreadable, or naming no vocabularies: CorruptModel, before any training."""
+    from kformer.errors import CorruptModel
+
+    out = tmp_path / "out"
+    (out / "training").mkdir(parents=True)
+    (out / "training" / "state.json").write_text(state, encoding="utf-8")
+    pairs = number_pairs(16, seed=1)
+    with pytest.raises(CorruptModel) as raised:
+        translate.train(TINY, pairs, out, valid=pairs, test=pairs, resume=True)
+    assert raised.value.field == "resume" and "\n" not in str(raised.value) and "state.json" in str(raised.value)

@@ -11,6 +11,7 @@ import pytest
 
 from kformer.training import (
     CHECKPOINT_NAME,
+    FitPlan,
     TimeBudget,
     WarmupDecay,
     budget_schedule,
@@ -65,12 +66,12 @@ class _Slow(keras.callbacks.Callback):
         time.sleep(0.02)
 
 
+@pytest.mark.slow
 def test_time_budget_stops_training(tmp_path):
     set_seed(0)
     x, y = _data()
     model = _tiny_model()
-    result = fit(model, (x, y), None, epochs=500, out_dir=tmp_path, patience=None, max_minutes=0.3 / 60,
-                 callbacks=[_Slow()])
+    result = fit(model, (x, y), None, FitPlan(epochs=500, out_dir=tmp_path, patience=None, max_minutes=0.3 / 60), callbacks=[_Slow()])
     # Fits would take 500 epochs * 2 batches * 20 ms = 20 s without the budget.
     assert result.stopped_by_budget
     assert result.epochs_run < 50
@@ -89,16 +90,17 @@ class _SlowValidation(keras.callbacks.Callback):
         time.sleep(2.5)
 
 
+@pytest.mark.slow
 def test_time_budget_spent_in_validation_starts_no_new_epoch(tmp_path):
     set_seed(0)
     x, y = _data()
     slow = _SlowValidation()
     # the first epoch's 2 batches end inside the 4 s budget, its validation (2 batches, 5 s) outside
-    result = fit(_tiny_model(), (x, y), (x[:48], y[:48]), epochs=50, out_dir=tmp_path, patience=None,
-                 max_minutes=4 / 60, callbacks=[slow])
+    result = fit(_tiny_model(), (x, y), (x[:48], y[:48]), FitPlan(epochs=50, out_dir=tmp_path, patience=None, max_minutes=4 / 60), callbacks=[slow])
     assert result.stopped_by_budget and result.epochs_run == 1 and slow.trained == 2  # no batch of epoch 2
 
 
+@pytest.mark.slow
 def test_time_budget_not_fired_without_limit():
     budget = TimeBudget(None)
     model = _tiny_model()
@@ -107,11 +109,12 @@ def test_time_budget_not_fired_without_limit():
     assert not budget.fired
 
 
+@pytest.mark.slow
 def test_checkpoint_atomic_and_resume_continues(tmp_path):
     set_seed(1)
     x, y = _data()
     model = _tiny_model()
-    first = fit(model, (x[:48], y[:48]), (x[48:], y[48:]), epochs=2, out_dir=tmp_path, patience=None)
+    first = fit(model, (x[:48], y[:48]), (x[48:], y[48:]), FitPlan(epochs=2, out_dir=tmp_path, patience=None))
     assert first.epochs_run == 2 and not first.stopped_by_budget
     path, done = last_checkpoint(tmp_path)
     assert path.name == CHECKPOINT_NAME and done == 2
@@ -121,8 +124,7 @@ def test_checkpoint_atomic_and_resume_continues(tmp_path):
     steps_per_epoch = 2  # 48 rows, batch 32
 
     resumed = _tiny_model()
-    second = fit(resumed, (x[:48], y[:48]), (x[48:], y[48:]), epochs=3, out_dir=tmp_path, patience=None,
-                 resume=True)
+    second = fit(resumed, (x[:48], y[:48]), (x[48:], y[48:]), FitPlan(epochs=3, out_dir=tmp_path, patience=None, resume=True))
     assert second.initial_epoch == 2 and second.epochs_run == 1
     assert int(resumed.optimizer.iterations) == 3 * steps_per_epoch
     assert last_checkpoint(tmp_path)[1] == 3
@@ -139,12 +141,12 @@ class _Rates(keras.callbacks.Callback):
         self.rates.append(float(np.asarray(self.model.optimizer.learning_rate)))
 
 
+@pytest.mark.slow
 def test_resumed_time_budget_and_its_decay_continue_the_interrupted_runs_clock(tmp_path):
     set_seed(2)
     x, y = _data()
     model = _tiny_model(learning_rate=1e-2)
-    first = fit(model, (x, y), None, epochs=2, out_dir=tmp_path, patience=None, max_minutes=10,
-                callbacks=[_Slow()])
+    first = fit(model, (x, y), None, FitPlan(epochs=2, out_dir=tmp_path, patience=None, max_minutes=10), callbacks=[_Slow()])
     recorded = json.loads((tmp_path / "checkpoint.json").read_text())["train_seconds"]
     assert 0.04 <= recorded <= first.seconds + 0.5  # 2 epochs x 2 batches x 20 ms at least
     # The interrupted run had used 75 % of a 40 s budget: the clock's decay resumes at 75 %, not at 0.
@@ -152,21 +154,20 @@ def test_resumed_time_budget_and_its_decay_continue_the_interrupted_runs_clock(t
     (tmp_path / "checkpoint.json").write_text(json.dumps({**state, "train_seconds": 30.0}))
     resumed = _tiny_model(learning_rate=0.0)  # a variable the schedule sets before every batch
     schedule, rates = budget_schedule(1.0, 0, 10**6, 40.0, final_ratio=0.0, decay="linear"), _Rates()
-    second = fit(resumed, (x, y), None, epochs=3, out_dir=tmp_path, patience=None, max_minutes=40 / 60,
-                 resume=True, callbacks=[schedule, rates])
+    second = fit(resumed, (x, y), None, FitPlan(epochs=3, out_dir=tmp_path, patience=None, max_minutes=40 / 60, resume=True), callbacks=[schedule, rates])
     assert second.initial_epoch == 2 and not second.stopped_by_budget
     assert 0.0 < rates.rates[-1] <= 0.26  # linear decay at >= 75 % of the budget: at most a quarter of the peak
     assert json.loads((tmp_path / "checkpoint.json").read_text())["train_seconds"] >= 30.0
     # A budget already spent stops the resumed run after its first batch.
-    third = fit(_tiny_model(learning_rate=1e-2), (x, y), None, epochs=10, out_dir=tmp_path, patience=None, max_minutes=0.5,
-                resume=True)
+    third = fit(_tiny_model(learning_rate=1e-2), (x, y), None, FitPlan(epochs=10, out_dir=tmp_path, patience=None, max_minutes=0.5, resume=True))
     assert third.stopped_by_budget and third.epochs_run == 1
 
 
+@pytest.mark.slow
 def test_failed_checkpoint_keeps_previous(tmp_path, monkeypatch):
     x, y = _data()
     model = _tiny_model()
-    fit(model, (x, y), None, epochs=1, out_dir=tmp_path, patience=None)
+    fit(model, (x, y), None, FitPlan(epochs=1, out_dir=tmp_path, patience=None))
     before = (tmp_path / CHECKPOINT_NAME).read_bytes()
 
     def broken_save(*args, **kwargs):
@@ -174,7 +175,7 @@ def test_failed_checkpoint_keeps_previous(tmp_path, monkeypatch):
 
     monkeypatch.setattr(keras.Model, "save", broken_save)
     with pytest.raises(OSError):
-        fit(model, (x, y), None, epochs=2, out_dir=tmp_path, patience=None)
+        fit(model, (x, y), None, FitPlan(epochs=2, out_dir=tmp_path, patience=None))
     assert (tmp_path / CHECKPOINT_NAME).read_bytes() == before
     assert last_checkpoint(tmp_path)[1] == 1
     assert not [p.name for p in tmp_path.iterdir() if ".tmp" in p.name]

@@ -12,8 +12,9 @@ from kformer.data.pair_batches import PairBatchPlan
 from kformer.data.pairs import Pair, curriculum_levels, document_holdout, read_joshua_ipc
 from kformer.errors import KformerError
 from kformer.metrics import repetition_share
-from kformer.tasks import translate_auto
-from kformer.tasks.translate_auto import side_shape, training_rules, vocab_rules
+from kformer.tasks.translate import auto as translate_auto
+from kformer.tasks.translate.auto import training_rules, vocab_rules
+from kformer.tasks.translate.stats import CorpusStats, EncodedStats, SideShape, side_shape
 
 LENGTHS = np.random.default_rng(0).integers(1, 120, size=1000)
 
@@ -90,7 +91,7 @@ def test_vocab_rules_by_script_and_size():
     assert set(forced) == {"vocab_size", "target_vocab_size"}
     words = vocab_rules(english, tamil, words=True)  # whole words: one vocabulary, as the Tamil lesson's
     assert set(words) == {"shared_vocab"} and words["shared_vocab"][0] is True
-    big = vocab_rules(translate_auto.SideShape(10**6, 35_376, "LATIN"), translate_auto.SideShape(10**6, 17_303, "TAMIL"))
+    big = vocab_rules(SideShape(10**6, 35_376, "LATIN"), SideShape(10**6, 17_303, "TAMIL"))
     assert big["vocab_size"][0] == 8000 and big["target_vocab_size"][0] == 4500  # /4, rounded to 500, capped
 
 
@@ -201,3 +202,65 @@ def test_a_three_minute_tico_run_leaves_out_the_startup_and_packs_1024_token_bat
     assert training_rules(100_767, 20, 30.0)["batch_tokens"][0] == 4096  # a longer budget: larger batches
     # a budget shorter than the startup still plans a tenth of it, not nothing
     assert translate_auto.run_tokens(100_767, 20, 0.2, small) == pytest.approx(0.2 * 6 * small.tokens_per_second)
+
+
+def test_the_registry_chooses_exactly_the_settings_that_may_be_auto_and_says_each_once():
+    import dataclasses
+
+    from kformer.auto import auto_settings, setting_help
+    from kformer.tasks.translate import TranslateConfig
+
+    summaries = TranslateConfig.rules.summaries()
+    assert set(auto_settings(TranslateConfig)) == set(summaries)
+    for field in dataclasses.fields(TranslateConfig):
+        assert "auto" not in field.metadata["help"].lower(), field.name  # a rule's text lives in its summary
+        if field.name in summaries:
+            assert setting_help(TranslateConfig, field.name).endswith(f"(auto: {summaries[field.name]})")
+    phases = {rule.phase for rule in translate_auto.RULES}
+    assert phases == {"corpus", "encoded"}  # prepare resolves each phase once: before and after the vocabularies
+    corpus = {name for rule in translate_auto.RULES if rule.phase == "corpus" for name in rule.settings}
+    assert corpus == {"tokens", "shared_vocab", "vocab_size", "target_vocab_size"}
+
+
+def _pairs(sources, targets):
+    return [Pair(s, t, i + 1) for i, (s, t) in enumerate(zip(sources, targets, strict=True))]
+
+
+def test_resolving_both_phases_gives_what_the_calculations_give():
+    """The registered rules only read the statistics and call the calculations: the vocabulary
+    rules over the corpus, then the training rules over the pairs that fit max_length."""
+    from kformer.tasks.translate import TranslateConfig
+
+    english = [f"the patient {i} has a fever" for i in range(300)]
+    tamil = [f"நோயாளிக்கு {i} காய்ச்சல் உள்ளது" for i in range(300)]
+    corpus = CorpusStats.of(_pairs(english, tamil))
+    config, choices = translate_auto.RULES.resolve(TranslateConfig(max_minutes=3.0), corpus, phase="corpus")
+    expected = vocab_rules(side_shape(english), side_shape(tamil))
+    assert {name: (item["value"], item["why"]) for name, item in choices.chosen.items()} == {
+        "tokens": ("subwords", "300 distinct training pairs: at least 10"), **expected}
+    assert config.dim == "auto" and all(item["rule"] for item in choices.chosen.values())
+
+    rng = np.random.default_rng(0)
+    sources, targets = rng.integers(1, 30, size=500), rng.integers(1, 40, size=500)
+    sources[0], targets[1] = 200, 300  # two pairs longer than the 99th percentile: skipped
+    encoded = EncodedStats(sources, targets)
+    config, choices = translate_auto.RULES.resolve(config, encoded, choices, phase="encoded")
+    assert config.max_length == max(np.ceil(np.percentile(sources, 99)), np.ceil(np.percentile(targets, 99)))
+    fits = (sources <= config.max_length) & (targets <= config.max_length)
+    assert encoded.target_tokens(config.max_length) == int((targets[fits] + 1).sum())
+    rules = training_rules(int((targets[fits] + 1).sum()), config.epochs, 3.0)
+    for name, (value, why) in rules.items():
+        assert (choices.chosen[name]["value"], choices.chosen[name]["why"]) == (value, why) == (getattr(config, name), why)
+    assert config.early_stopping == "accuracy" and config.batch_size == "auto" and 1 <= config.warmup_steps <= 1000
+
+
+def test_a_batch_size_leaves_the_token_budget_auto_and_whole_words_need_no_size():
+    from kformer.tasks.translate import TranslateConfig
+
+    encoded = EncodedStats(np.full(100, 5), np.full(100, 6))
+    config, choices = translate_auto.RULES.resolve(TranslateConfig(batch_size=16), encoded, phase="encoded")
+    assert config.batch_tokens == "auto" and "batch_tokens" not in choices.chosen and config.max_length == 8
+    few = CorpusStats.of(_pairs(["hello", "good"], ["வணக்கம்", "நல்ல"]))
+    config, choices = translate_auto.RULES.resolve(TranslateConfig(), few, phase="corpus")
+    assert (config.tokens, config.shared_vocab, config.vocab_size, config.target_vocab_size) == (
+        "words", True, "auto", "auto")

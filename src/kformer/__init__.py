@@ -16,8 +16,9 @@ __version__ = "0.1.0"
 __all__ = ["__version__", "load", "setup"]
 
 
-def load(folder):
-    """Load any kformer model folder (see :func:`kformer.tasks.load`)."""
+def load(folder, **options):
+    """Load any kformer model folder (see :func:`kformer.tasks.load`; ``runtime="onnx"``: a
+    classifier predicting on ONNX Runtime)."""
     from kformer.tasks import load as load_folder
 
-    return load_folder(folder)
+    return load_folder(folder, **options)

@@ -19,8 +19,8 @@ a line of help (:func:`setting`). This module turns mappings into such objects a
 
   A flat recipe (every key at the top, as kformer 0.1 wrote them) still loads.
 - ``"auto"``: a field typed ``... | Auto`` may hold ``"auto"``; the task then chooses the value
-  from its data and time budget (:class:`AutoChoices` records what it chose and why, and the task
-  writes that under ``"auto"`` in ``metrics.json``).
+  from its data and time budget by rules declared once (:mod:`kformer.auto`), and writes what it
+  chose and why under ``"auto"`` in ``metrics.json``.
 """
 
 from __future__ import annotations
@@ -33,19 +33,25 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
+from kformer.auto import AUTO, Auto  # noqa: F401  (re-exported: every settings class is declared with them)
 from kformer.errors import BadInput
 
-AUTO = "auto"
-Auto = Literal["auto"]
 SECTIONS = ("data", "model", "training")
 RECIPES_DIR = Path(__file__).parent / "recipes"
 
 
-def setting(default: Any, section: str, help: str) -> Any:
-    """A dataclass field with its recipe ``section`` and one line of ``help``."""
+def setting(default: Any, section: str, help: str, *, metavar: str | None = None, flag: str | None = None) -> Any:
+    """A dataclass field with its recipe ``section`` and one line of ``help``.
+
+    The field is also a flag of its ``kformer train`` command (:mod:`kformer.cli.settings_flags`):
+    ``--name-with-dashes`` unless ``flag`` names another, shown with ``metavar``. A setting that may
+    be ``"auto"`` says no more about what auto chooses: its rule's summary is added to the help
+    (:func:`kformer.auto.setting_help`).
+    """
     if section not in SECTIONS:
         raise ValueError(f"section must be one of {SECTIONS}, got {section!r}")
-    return dataclasses.field(default=default, metadata={"section": section, "help": help})
+    metadata = {"section": section, "help": help, "metavar": metavar, "flag": flag}
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 def fields(config_cls) -> dict[str, dataclasses.Field]:
@@ -203,33 +209,6 @@ def load_recipe(name_or_path: str | os.PathLike, config_cls, task: str) -> dict[
             flat[key] = value
     build_config(config_cls, flat, sources=(where,))  # unknown keys and wrong types fail here
     return flat
-
-
-class AutoChoices:
-    """What ``"auto"`` settings became and why: ``{name: {"value": ..., "why": "..."}}``."""
-
-    def __init__(self):
-        self.chosen: dict[str, dict[str, Any]] = {}
-
-    def choose(self, config, name: str, value: Any, why: str) -> Any:
-        """``value`` if ``config.name`` is ``"auto"`` (recorded with ``why``), else the setting."""
-        current = getattr(config, name)
-        if current != AUTO:
-            return current
-        self.chosen[name] = {"value": value, "why": why}
-        return value
-
-    def resolve(self, config, **values_and_reasons: tuple[Any, str]):
-        """A copy of ``config`` with each named ``"auto"`` field set to its ``(value, why)``."""
-        changes = {name: self.choose(config, name, value, why) for name, (value, why) in values_and_reasons.items()}
-        return dataclasses.replace(config, **changes)
-
-    def summary(self) -> str:
-        """One line, e.g. ``max_length=48 (99th percentile of lengths), learning_rate=0.001 (...)``."""
-        return ", ".join(f"{name}={item['value']} ({item['why']})" for name, item in self.chosen.items())
-
-    def to_json(self) -> dict[str, dict[str, Any]]:
-        return dict(self.chosen)
 
 
 def as_config(config_cls, config):

@@ -2,17 +2,7 @@
 
 Every error is a :class:`KformerError`. Its subclasses say what kind of problem it is, and
 :data:`ERROR_TABLE` maps each kind to the CLI's exit status and the REST service's HTTP status
-(the README's "Errors" table is this table):
-
-==================  ===========  ======  ==============================================
-class               exit status  HTTP    when
-==================  ===========  ======  ==============================================
-``BadInput``        2            422     a wrong argument, setting, file or text
-``ModelNotFound``   3            404     no model folder (or no such served model)
-``CorruptModel``    4            500     a model folder that cannot be read back
-``Unsupported``     5            400     valid, but not something this model/task does
-``Overloaded``      75           503     the service is too busy; retry later
-==================  ===========  ======  ==============================================
+(docs/errors.md shows it as a table; a test keeps the two the same).
 
 An error may name the parameter or field at fault (``field="max_length"``). Library messages
 name arguments; the message may hold ``{field}`` where that name goes, so the CLI can show its

@@ -261,25 +261,24 @@ def follow_chief_rate(cluster: Cluster | None, clocked: bool) -> list:
     return [ChiefRate()]
 
 
-def fit(cluster: Cluster | None, model, train, validation=None, *, shard: bool = True, **options):
-    """:func:`kformer.training.fit` as one process of ``cluster``'s job (plain ``fit`` when None;
-    call it inside :meth:`Cluster.scope`).
+def fit(cluster: Cluster | None, model, train, validation, plan, *, shard: bool = True, callbacks: list | None = None,
+        progress=None):
+    """:func:`kformer.training.fit` (``plan`` a :class:`~kformer.training.FitPlan`) as one process
+    of ``cluster``'s job (plain ``fit`` when None; call it inside :meth:`Cluster.scope`).
 
     ``train`` and ``validation`` are ``tf.data`` pipelines of *global* batches, the same in every
     process; each process feeds its rows of them (:meth:`Cluster.shard`; ``shard=False``: they
     are this process's rows already). Process 0's clock decides when a time budget ends and what
-    a budget-driven learning rate is (``options["callbacks"]`` are followed by
-    :func:`follow_chief_rate`). ``options`` are :func:`~kformer.training.fit`'s.
+    a budget-driven learning rate is (``callbacks`` are followed by :func:`follow_chief_rate`).
     """
     from kformer import training
 
     if cluster is None:
-        return training.fit(model, train, validation, **options)
+        return training.fit(model, train, validation, plan, callbacks=callbacks, progress=progress)
     if shard:
         train, validation = cluster.shard(train), None if validation is None else cluster.shard(validation)
-    clocked = options.get("max_minutes") is not None
-    options["callbacks"] = [*(options.get("callbacks") or []), *follow_chief_rate(cluster, clocked)]
-    return training.fit(model, train, validation, agree=cluster.agree, **options)
+    callbacks = [*(callbacks or []), *follow_chief_rate(cluster, plan.max_minutes is not None)]
+    return training.fit(model, train, validation, plan, callbacks=callbacks, progress=progress, agree=cluster.agree)
 
 
 _cluster: Cluster | None = None

@@ -11,13 +11,14 @@ import sys
 from pathlib import Path
 
 from kformer.cli.distribute import (
-    add_distribute_flags,
     distribute_config,
     job_progress,
     worker_line,
 )
 from kformer.cli.progress import add_log_flags, progress_for
+from kformer.cli.settings_flags import add_train_flags, settings_from_args
 from kformer.errors import BadInput
+from kformer.tasks.arithmetic.settings import ArithmeticConfig
 
 DEFAULT_RECIPE = "arithmetic"
 DEMO_PROBLEM = "1234+4567"
@@ -33,22 +34,9 @@ def register(commands, train_tasks) -> None:
         "problems that training never sees (also written to OUT/metrics.json). Settings come from "
         "--recipe, then the flags below.",
     )
-    train.add_argument("--max-minutes", type=float, default=None, metavar="M", help="stop training after M minutes (with --resume: of training in all, the interrupted run's included)")
-    train.add_argument("--seed", type=int, default=None, metavar="N", help="random seed (default 0)")
-    train.add_argument(
-        "--recipe", default=DEFAULT_RECIPE, metavar="NAME|PATH",
-        help=f"settings: a shipped recipe name or a TOML file (default {DEFAULT_RECIPE})",
-    )
-    add_log_flags(train)
-    train.add_argument("--out", required=True, metavar="DIR", help="model folder to write")
-    train.add_argument("--digits", type=int, default=None, metavar="N", help="digits per operand (default 4)")
-    train.add_argument("--ops", default=None, metavar="OPS", help="operators to use, from '+-' (default '+-')")
-    train.add_argument("--epochs", type=int, default=None, metavar="N", help="most epochs (each --steps-per-epoch batches)")
-    train.add_argument("--steps-per-epoch", type=int, default=None, metavar="N", help="batches of fresh problems per epoch")
-    train.add_argument("--batch-size", type=int, default=None, metavar="N", help="problems per batch")
-    train.add_argument("--held-out-size", type=int, default=None, metavar="N", help="held-out problems to score (default 10000)")
-    train.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
-    add_distribute_flags(train)
+    add_train_flags(train, ArithmeticConfig, out_help="model folder to write", out_required=True,
+                    default_recipe=DEFAULT_RECIPE,
+                    recipe_help=f"settings: a shipped recipe name or a TOML file (default {DEFAULT_RECIPE})")
     train.set_defaults(handler=_train)
 
     demo = commands.add_parser(
@@ -69,9 +57,7 @@ def _train(args: argparse.Namespace) -> int:
     from kformer.config import make_config
     from kformer.tasks import arithmetic
 
-    overrides = {name: getattr(args, name) for name in (
-        "digits", "ops", "epochs", "steps_per_epoch", "batch_size", "held_out_size", "max_minutes", "seed")}
-    config = make_config(arithmetic.ArithmeticConfig, "arithmetic", args.recipe, overrides)
+    config = make_config(arithmetic.ArithmeticConfig, "arithmetic", args.recipe, settings_from_args(args, args.settings))
     distribute = distribute_config(args)
     result = arithmetic.train(config, None, args.out, resume=args.resume, progress=job_progress(args, distribute),
                               command=["kformer", *sys.argv[1:]], distribute=distribute)

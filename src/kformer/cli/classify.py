@@ -15,19 +15,14 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from kformer.cli.distribute import (
-    add_distribute_flags,
     distribute_config,
     job_progress,
     worker_line,
 )
-from kformer.cli.progress import add_log_flags
+from kformer.cli.settings_flags import add_train_flags, settings_from_args
 from kformer.errors import BadInput
+from kformer.tasks.classify.settings import ClassifyConfig
 
-# flags of `train classify` that set a ClassifyConfig field of the same name
-SETTING_FLAGS = ("backbone", "pooling", "epochs", "max_length", "batch_size", "learning_rate", "label_smoothing",
-                 "class_weights", "vocab_size", "patience", "seed", "max_minutes", "text_column", "label_column",
-                 "calibrate", "freeze", "freeze_token_embedding", "wide", "wide_ngrams",
-                 "wide_refit")
 PREDICT_CHUNK = 4096  # texts read, labelled and written at a time by `kformer predict`
 
 
@@ -39,59 +34,13 @@ def register(commands, train_tasks) -> None:
         description="Train a text classifier (kformer's encoder, a small BERT, or pretrained MiniLM) "
         "on CSV/TSV/JSONL (optionally .gz) or a folder of label folders (pos/, neg/ of .txt files). "
         "Settings come from --recipe, then the flags below; what neither sets is chosen from the training data "
-        "(auto: printed before training, with reasons in metrics.json; README: Classify text).",
+        "(auto: printed before training, with reasons in metrics.json; docs/settings.md lists the rules).",
     )
     train.add_argument("--data", required=True, metavar="TRAIN", help="labelled training file or folder")
     train.add_argument("--valid", metavar="FILE", help="validation file (default: a stratified hold-out of TRAIN)")
     train.add_argument("--test", metavar="FILE", help="test file, scored once after training and written to metrics.json")
-    # default None (help says text/label): a recipe may name the columns, a flag overrides it
-    train.add_argument("--text-column", default=None, help="column holding the text (default: text)")
-    train.add_argument("--label-column", default=None, help="column holding the label (default: label)")
-    train.add_argument("--recipe", metavar="NAME|PATH", help="named recipe (imdb, banking77, tickets) or a TOML file")
-    train.add_argument("--backbone", help="scratch (kformer encoder, default), bert-scratch, minilm, or a KerasHub/Hugging Face BERT folder")
-    train.add_argument("--pooling", choices=("mean", "cls"), help="BERT backbones' text vector: mean of the non-padding "
-                       "token vectors (default; how all-MiniLM-L6-v2 was trained) or cls, the [CLS] pooler")
-    train.add_argument("--epochs", type=int, metavar="N", help="maximum epochs, early stopping may end sooner (default: auto, about 5,000 steps fitted to "
-                       "--max-minutes)")
-    train.add_argument("--max-length", type=int, metavar="N", help="tokens per text; longer texts are truncated (default: auto, the 95th percentile of the "
-                       "training texts)")
-    train.add_argument("--batch-size", type=int, metavar="N", help="texts per training step (default: auto, 32/64/128 by training rows)")
-    train.add_argument("--learning-rate", type=float, metavar="LR", help="peak learning rate after warmup (default: auto, 2e-3 from scratch, 1e-4 "
-                       "pretrained)")
-    train.add_argument("--label-smoothing", type=float, metavar="EPS", help="label smoothing, 0 = off (default: auto, 0.1 from 10 classes)")
-    train.add_argument("--class-weights", action="store_true", default=None, help="weight classes inversely to their frequency")
-    train.add_argument("--vocab-size", type=int, metavar="N", help="vocabulary size learned from the training text (default: auto, the words seen "
-                       "twice)")
-    train.add_argument("--patience", type=int, metavar="N", help="epochs without validation macro-F1 improvement before stopping (default: auto, a "
-                       "quarter of the epochs, at least 3)")
-    train.add_argument("--out", metavar="DIR", help="model folder to write (default: runs/<name of TRAIN>)")
-    train.add_argument("--seed", type=int, metavar="N", help="random seed (default 0)")
-    train.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
-    train.add_argument("--max-minutes", type=float, metavar="M", help="stop training after M minutes, keeping the best weights (with --resume: minutes of training in all)")
-    train.add_argument("--freeze", action="store_true", default=None,
-                       help="BERT backbones: keep the pretrained weights, compute each text's vector once (cached "
-                       "in OUT/training/) and train only the head: minutes instead of hours on a CPU")
-    train.add_argument("--freeze-token-embedding", action="store_true", default=None,
-                       help="pretrained BERT backbones: fine-tune everything but the token embedding table "
-                       "(MiniLM: 11.7M of its 22.7M weights)")
-    train.add_argument("--wide", action=argparse.BooleanOptionalAction, default=None,
-                       help="also fit TF-IDF n-grams + logistic regression on the training data and mix its "
-                       "probabilities with the network's by a weight chosen on validation; metrics.json \"wide\" "
-                       "shows what each part scores (default: auto, on for scratch backbones, off for pretrained "
-                       "ones, --freeze and recipes that do not name it; such a model cannot be exported)")
-    train.add_argument("--wide-ngrams", type=int, choices=(1, 2, 3), metavar="N",
-                       help="longest word n-gram of the wide part: 1 (words), 2 (default: words and word pairs) or 3 "
-                       "(also triples: IMDB's wide part 91.1 %% alone instead of 90.9 %%, twice the fit time)")
-    train.add_argument("--wide-refit", action=argparse.BooleanOptionalAction, default=None,
-                       help="once the mix weight is chosen on validation, fit the wide part again on the training "
-                       "and validation texts together (default: off, on in the banking77-minilm and imdb-best "
-                       "recipes; its time counts in --max-minutes)")
-    train.add_argument("--calibrate", action="store_true", default=None,
-                       help="choose the --threshold of the unknown route on the validation set (--valid labels the "
-                       "training data lacks count as out-of-scope texts; without them 95%% of the correct "
-                       "predictions stay above it) and store it in the folder: predict and serve use it by default")
-    add_log_flags(train)
-    add_distribute_flags(train)
+    add_train_flags(train, ClassifyConfig, out_help="model folder to write (default: runs/<name of TRAIN>)",
+                    recipe_help="named recipe (imdb, banking77, tickets) or a TOML file")
     train.set_defaults(handler=train_command)
 
     predict = commands.add_parser(
@@ -122,9 +71,9 @@ def _out_dir(args: argparse.Namespace) -> Path:
 
 def train_command(args: argparse.Namespace) -> int:
     from kformer.config import make_config
-    from kformer.tasks.classify import ClassifyConfig, train
+    from kformer.tasks.classify import train
 
-    config = make_config(ClassifyConfig, "classify", args.recipe, {name: getattr(args, name) for name in SETTING_FLAGS})
+    config = make_config(ClassifyConfig, "classify", args.recipe, settings_from_args(args, args.settings))
     out = _out_dir(args)
     distribute = distribute_config(args)
     result = train(config, args.data, out, valid=args.valid, test=args.test, resume=args.resume,

@@ -16,7 +16,7 @@ from kformer.errors import BadInput
 def add_distribute_flags(parser: argparse.ArgumentParser) -> None:
     """``--distribute`` and the job's ``--coordinator``, ``--num-processes``, ``--process-id``."""
     group = parser.add_argument_group(
-        "data-parallel training (README: Train on several machines)",
+        "data-parallel training (docs/distributed.md)",
         "Run the same command on every host, each with its own --process-id. Without --coordinator the job comes "
         "from KERAS_DISTRIBUTION_* variables or Slurm / Open MPI, else it is this machine's devices. "
         "--batch-size is the global batch; process 0 writes --out.")

@@ -23,8 +23,8 @@ SERVE_RUNTIME = "onnx"
 
 def register(commands, train_tasks) -> None:
     """Add ``serve`` to the CLI."""
-    from kformer.runtimes import RUNTIMES
     from kformer.server.config import ServeConfig
+    from kformer.tasks.classify.runtimes import RUNTIMES
 
     defaults = ServeConfig()
     serve = commands.add_parser(

@@ -1,7 +1,7 @@
 """``kformer train translate``, ``kformer translate`` and the translation report of ``kformer evaluate``.
 
-Parsing and printing only; the work is :mod:`kformer.tasks.translate` (imported lazily, so
-``kformer --help`` stays instant).
+Parsing and printing only; the work is :mod:`kformer.tasks.translate` (imported lazily but for
+its settings, so ``kformer --help`` stays instant).
 """
 
 from __future__ import annotations
@@ -12,17 +12,13 @@ import sys
 from pathlib import Path
 
 from kformer.cli.distribute import (
-    add_distribute_flags,
     distribute_config,
     job_progress,
     worker_line,
 )
-from kformer.cli.progress import add_log_flags
+from kformer.cli.settings_flags import add_train_flags, settings_from_args
 from kformer.errors import BadInput
-
-# flags of `train translate` that override a setting of the same name
-SETTING_FLAGS = ("epochs", "seed", "curriculum", "shared_vocab", "tokens", "vocab_size", "max_length", "batch_size",
-                 "batch_tokens", "learning_rate", "beam", "max_minutes")
+from kformer.tasks.translate.settings import TranslateConfig
 
 
 def register(commands, train_tasks) -> None:
@@ -37,36 +33,8 @@ def register(commands, train_tasks) -> None:
     train.add_argument("--data", required=True, metavar="PAIRS.tsv", help="training pairs, source<TAB>target per line")
     train.add_argument("--valid", metavar="FILE", help="validation pairs for early stopping (default: a random hold-out of the training pairs)")
     train.add_argument("--test", metavar="FILE", help="test pairs scored after training (default: hold out up to 2,000 random training pairs)")
-    train.add_argument("--out", metavar="DIR", help="model folder to write (default: runs/<name of PAIRS>)")
-    train.add_argument("--recipe", metavar="NAME|PATH", help="named recipe (en-es, en-ta) or a TOML file of settings")
-    train.add_argument("--max-minutes", type=float, metavar="M", help="stop training after M minutes, keeping the best weights (with --resume: minutes of training in all)")
-    train.add_argument("--epochs", type=int, metavar="N", help="maximum epochs (early stopping may end sooner)")
-    train.add_argument("--seed", type=int, metavar="N", help="random seed for splits, shuffling and weights (default 0)")
-    train.add_argument("--curriculum", action="store_true", default=None,
-                       help="train on short pairs first, as the Tamil lesson's levels: the first epochs see only the "
-                       "shorter pairs (3 length levels, one epoch each), later epochs all pairs")
-    train.add_argument("--shared-vocab", action=argparse.BooleanOptionalAction, default=None,
-                       help="one subword vocabulary for both languages (default: auto, shared when both sides are "
-                       "in the same script)")
-    train.add_argument("--tokens", choices=("auto", "subwords", "words"),
-                       help="subwords (SentencePiece) or whole words (every training word; for a handful of pairs, "
-                       "as the Tamil lesson's levels); default auto: words below 10 distinct training pairs")
-    train.add_argument("--vocab-size", type=int, metavar="N",
-                       help="subword vocabulary size (the shared or the source one; default: auto from the corpus)")
-    train.add_argument("--max-length", type=int, metavar="N", help="subword tokens per sentence; longer training pairs are skipped (default: automatic)")
-    train.add_argument("--batch-tokens", type=int, metavar="N",
-                       help="tokens per training batch: pairs of similar length packed up to N padded tokens "
-                       "(default: auto from the corpus and --max-minutes)")
-    train.add_argument("--batch-size", type=int, metavar="N",
-                       help="N sentence pairs per training step instead of packing by --batch-tokens")
-    train.add_argument("--learning-rate", type=float, metavar="LR",
-                       help="peak learning rate after warmup (default: auto from the model size)")
-    train.add_argument("--beam", type=int, metavar="N", help="beam width for the test scores in metrics.json (1 = greedy)")
-    train.add_argument("--resume", action="store_true",
-                       help="continue from the last checkpoint in --out (same data; the vocabularies and model "
-                       "settings of the first run are kept, --epochs and --max-minutes may change)")
-    add_log_flags(train)
-    add_distribute_flags(train)
+    add_train_flags(train, TranslateConfig, out_help="model folder to write (default: runs/<name of PAIRS>)",
+                    recipe_help="named recipe (en-es, en-ta) or a TOML file of settings")
     train.set_defaults(handler=train_command)
 
     translate = commands.add_parser(
@@ -94,8 +62,7 @@ def train_command(args: argparse.Namespace) -> int:
     from kformer.config import make_config
     from kformer.tasks import translate
 
-    config = make_config(translate.TranslateConfig, "translate", args.recipe,
-                         {name: getattr(args, name) for name in SETTING_FLAGS})
+    config = make_config(translate.TranslateConfig, "translate", args.recipe, settings_from_args(args, args.settings))
     out = Path(args.out) if args.out else default_out(args.data)
     distribute = distribute_config(args)
     result = translate.train(config, args.data, out, valid=args.valid, test=args.test, resume=args.resume,

@@ -79,48 +79,26 @@ class DecoderBlock(ResidualBlock):
         """Zeros ``(batch, 2, max_length, heads, dim // heads)`` to start incremental decoding."""
         return ops.zeros((batch_size, 2, max_length, self.heads, self.key_dim), dtype=self.compute_dtype)
 
-    def call(
-        self,
-        x,
-        encoder_outputs=None,
-        mask=None,
-        encoder_mask=None,
-        self_attention_cache=None,
-        cache_update_index=None,
-        cross_attention_cache=None,
-        return_attention_scores=False,
-        training=None,
-    ):
+    def call(self, x, encoder_outputs=None, mask=None, encoder_mask=None, self_attention_cache=None,
+             cache_update_index=None, cross_attention_cache=None, return_attention_scores=False, training=None):
         if encoder_outputs is None and cross_attention_cache is None:
-            raise ValueError(
-                "DecoderBlock needs encoder_outputs (batch, S, dim) or a cross_attention_cache; "
-                "for a decoder-only stack use EncoderBlock with a causal attention mask"
-            )
+            raise ValueError("DecoderBlock needs encoder_outputs (batch, S, dim) or a cross_attention_cache; "
+                             "for a decoder-only stack use EncoderBlock with a causal attention mask")
         query_length = ops.shape(x)[1]
         if self_attention_cache is None:
             self_mask = attention_mask(key_mask=mask, causal=True, query_length=query_length)
         else:
-            self_mask = attention_mask(
-                causal=True,
-                query_length=query_length,
-                key_length=ops.shape(self_attention_cache)[2],
-                offset=cache_update_index,
-            )
+            self_mask = attention_mask(causal=True, query_length=query_length,
+                                       key_length=ops.shape(self_attention_cache)[2], offset=cache_update_index)
         cross_mask = attention_mask(key_mask=encoder_mask)
         new_cache = None
 
         def attend_self(h):
             nonlocal new_cache
             h = drop_keras_mask(h)
-            result = self.self_attention(
-                h,
-                h,
-                attention_mask=self_mask,
-                cache=self_attention_cache,
-                cache_update_index=cache_update_index,
-                return_attention_scores=return_attention_scores,
-                training=training,
-            )
+            result = self.self_attention(h, h, attention_mask=self_mask, cache=self_attention_cache,
+                                         cache_update_index=cache_update_index,
+                                         return_attention_scores=return_attention_scores, training=training)
             if self_attention_cache is None:
                 return result if return_attention_scores else (result, None)
             if return_attention_scores:
@@ -132,14 +110,8 @@ class DecoderBlock(ResidualBlock):
         def attend_encoder(h):
             h = drop_keras_mask(h)
             memory = h if encoder_outputs is None else drop_keras_mask(encoder_outputs)  # cached keys/values
-            result = self.cross_attention(
-                h,
-                memory,
-                attention_mask=cross_mask,
-                cache=cross_attention_cache,
-                return_attention_scores=return_attention_scores,
-                training=training,
-            )
+            result = self.cross_attention(h, memory, attention_mask=cross_mask, cache=cross_attention_cache,
+                                          return_attention_scores=return_attention_scores, training=training)
             if cross_attention_cache is not None:  # the cache comes back unchanged
                 result = result[:-1] if return_attention_scores else result[0]
             return result if return_attention_scores else (result, None)

@@ -40,24 +40,9 @@ class Seq2SeqTransformer(keras.Model):
         ``(batch, T, target_vocab_size)``.
     """
 
-    def __init__(
-        self,
-        source_vocab_size,
-        target_vocab_size,
-        max_source_length,
-        max_target_length,
-        dim=128,
-        heads=4,
-        ff_dim=512,
-        encoder_layers=2,
-        decoder_layers=2,
-        dropout=0.1,
-        positions="learned",
-        tie_embeddings=False,
-        norm_first=False,
-        share_embeddings=False,
-        **kwargs,
-    ):
+    def __init__(self, source_vocab_size, target_vocab_size, max_source_length, max_target_length, dim=128, heads=4,
+                 ff_dim=512, encoder_layers=2, decoder_layers=2, dropout=0.1, positions="learned",
+                 tie_embeddings=False, norm_first=False, share_embeddings=False, **kwargs):
         super().__init__(**kwargs)
         self.source_vocab_size = int(source_vocab_size)
         self.target_vocab_size = int(target_vocab_size)

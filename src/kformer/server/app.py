@@ -89,6 +89,7 @@ def create_app(models: Mapping[str, Any], config: ServeConfig | None = None, *, 
     app.add_middleware(MetricsMiddleware, service=service)
     app.include_router(_health_routes(service))
     app.include_router(_model_routes(service), dependencies=[Depends(bearer_check(api_key))])
+    app.include_router(_inference_routes(service), dependencies=[Depends(bearer_check(api_key))])
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
     @app.get("/", include_in_schema=False)
@@ -163,8 +164,8 @@ def _health_routes(service: Service) -> APIRouter:
 
 
 def _model_routes(service: Service) -> APIRouter:
+    """What is served: the models, their status and metadata, and the Prometheus metrics."""
     router = APIRouter(tags=["models"])
-    config = service.config
     registry = service.registry
 
     @router.get("/v1/models")
@@ -204,6 +205,20 @@ def _model_routes(service: Service) -> APIRouter:
         served = service.served(name)
         return {"name": name, "version": served.version, **served.model.metadata()}
 
+    @router.get("/metrics", tags=["metrics"])
+    async def metrics() -> Response:
+        """Prometheus metrics: requests, latency, batch sizes, queue depth, process."""
+        return Response(service.metrics.exposition(), media_type=service.metrics.content_type)
+
+    return router
+
+
+def _inference_routes(service: Service) -> APIRouter:
+    """Using a model: predict, explain, reload."""
+    router = APIRouter(tags=["models"])
+    config = service.config
+    registry = service.registry
+
     @router.post("/v1/models/{name}:predict", openapi_extra=PREDICT_BODY)
     async def predict(name: str, request: Request) -> Response:
         """Answer ``{"instances": [...], "parameters": {...}}`` with one prediction per instance."""
@@ -234,10 +249,5 @@ def _model_routes(service: Service) -> APIRouter:
         new, old = await service.reload(name)
         previous = old.version if old else None
         return {"model": name, "version": new.version, "previous_version": previous, "changed": new.version != previous}
-
-    @router.get("/metrics", tags=["metrics"])
-    async def metrics() -> Response:
-        """Prometheus metrics: requests, latency, batch sizes, queue depth, process."""
-        return Response(service.metrics.exposition(), media_type=service.metrics.content_type)
 
     return router

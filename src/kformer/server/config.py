@@ -31,7 +31,8 @@ class ServeConfig:
         access_log: uvicorn's per-request log lines.
         runtime: where classifiers' ``:predict`` runs: ``keras``, ``onnx`` (converted at load) or
             ``onnx-int8`` (converted, then 8-bit weights); ``:explain`` still uses the Keras model
-            (:mod:`kformer.runtimes`).
+            (:mod:`kformer.tasks.classify.runtimes`). Models given already loaded keep the
+            runtime they were loaded with.
     """
 
     host: str = "127.0.0.1"
@@ -59,7 +60,7 @@ class ServeConfig:
             if spec.type == "float" and (isinstance(value, bool) or not isinstance(value, int | float) or value < 0
                                          or (value == 0 and spec.name != "batch_wait_ms")):
                 raise BadInput(f"{{field}} must be a positive number, not {value!r}", field=spec.name)
-        from kformer.runtimes import check_runtime
+        from kformer.tasks.classify.runtimes import check_runtime
 
         check_runtime(self.runtime)
         if self.port > 65535:

@@ -64,14 +64,11 @@ class ModelRegistry:
     """Name -> served model. Loads and warms outside the inference thread; swaps under a lock.
 
     ``sources`` maps names to model folders (loaded with ``loader``, which defaults to
-    :func:`kformer.tasks.load`) or to already loaded TaskModel objects. ``prepare`` (model ->
-    model) runs on every model before it is warmed (e.g. moving it to another runtime).
+    :func:`kformer.tasks.load`) or to already loaded TaskModel objects.
     """
 
-    def __init__(self, sources: Mapping[str, Any], loader: Loader | None = None,
-                 prepare: Callable[[Any], Any] | None = None):
+    def __init__(self, sources: Mapping[str, Any], loader: Loader | None = None):
         self._loader = loader
-        self._prepare = prepare
         self._lock = threading.Lock()
         self._reload_lock = threading.Lock()  # one load at a time: they share the CPU with requests
         self._preloaded: dict[str, Any] = {}
@@ -117,8 +114,6 @@ class ModelRegistry:
             if loader is None:
                 from kformer.tasks import load as loader
             model = loader(slot.folder)
-        if self._prepare is not None:
-            model = self._prepare(model)
         model.warmup()
         version = folder_version(slot.folder) if slot.folder and slot.folder.is_dir() else "1"
         log.info("model %s (%s, version %s) loaded and warmed in %.1f s", name, getattr(model, "task", "?"),

@@ -18,12 +18,12 @@ from contextlib import contextmanager
 from typing import Any
 
 from kformer.errors import KformerError, Overloaded
-from kformer.runtimes import use_runtime
 from kformer.server.batching import EXPLAIN, PREDICT, InferenceWorker, Job
 from kformer.server.config import ServeConfig
 from kformer.server.http_errors import ClientGone, GatewayTimeout, InternalError
 from kformer.server.metrics import ServiceMetrics
 from kformer.server.registry import Loader, ModelRegistry, Served
+from kformer.tasks import load as load_folder
 
 log = logging.getLogger("kformer.server")
 
@@ -33,7 +33,7 @@ class Service:
 
     def __init__(self, models: Mapping[str, Any], config: ServeConfig, loader: Loader | None = None):
         self.config = config
-        self.registry = ModelRegistry(models, loader, functools.partial(use_runtime, runtime=config.runtime))
+        self.registry = ModelRegistry(models, loader or functools.partial(load_folder, runtime=config.runtime))
         self.metrics = ServiceMetrics()
         self.worker = InferenceWorker(
             self._run,

@@ -11,11 +11,13 @@ call these functions; so can a notebook or a script.
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 
-from kformer.errors import Unsupported
+from kformer.errors import BadInput, Unsupported
 
 TASKS = ("classify", "translate", "arithmetic")
+LOAD_OPTIONS = ("runtime",)  # what load passes to the tasks that take it
 
 
 def task_module(task: str):
@@ -25,9 +27,19 @@ def task_module(task: str):
     return importlib.import_module(f"kformer.tasks.{task}")
 
 
-def load(folder: str | os.PathLike):
-    """Load any kformer model folder as its task's model object (safe mode, clear errors)."""
+def load(folder: str | os.PathLike, **options):
+    """Load any kformer model folder as its task's model object (safe mode, clear errors).
+
+    ``options`` go to the task's ``load`` where it takes them, and are ignored where it does not:
+    ``runtime`` (``"keras"``, ``"onnx"`` or ``"onnx-int8"``) is where a classifier predicts; other
+    tasks predict with Keras whatever it says.
+    """
     from kformer.folders import read_manifest
 
+    unknown = sorted(set(options) - set(LOAD_OPTIONS))
+    if unknown:
+        raise BadInput(f"unknown option {{field}}; load takes {', '.join(LOAD_OPTIONS)}", field=unknown[0])
     manifest = read_manifest(folder)
-    return task_module(manifest["task"]).load(folder)
+    task_load = task_module(manifest["task"]).load
+    taken = inspect.signature(task_load).parameters
+    return task_load(folder, **{name: value for name, value in options.items() if name in taken})

@@ -10,20 +10,17 @@ progress reaches the caller through a ``progress`` callback, errors are
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from kformer.errors import BadInput
-from kformer.folders import TRAINING_DIR
+from kformer.errors import BadInput, Unsupported
 
 if TYPE_CHECKING:
+    from kformer.models.export_plan import Plan
     from kformer.training import Progress, ProgressEvent  # noqa: F401  (re-exported, see __getattr__)
 
 
@@ -138,122 +135,12 @@ class TaskModel:
     def warmup(self) -> None:
         """Run the model once per input shape a service will see, so no request pays a compile."""
 
+    def export_plan(self) -> Plan:
+        """What an export of this model holds (:mod:`kformer.export` writes it as a SavedModel or ONNX)."""
+        raise Unsupported(f"models of task {self.task!r} cannot be exported", field="model_dir")
+
 
 # --- helpers the task modules share ---------------------------------------------------------------
-
-
-LOCK_FILE = ".lock"  # in out/training: held (flock) by the run writing the folder
-
-
-@contextlib.contextmanager
-def training_folder(out: Path, resume: bool) -> Iterator[Path]:
-    """The one way a task's ``train`` writes its folder ``out``: yields ``out/training``.
-
-    Before anything is written it refuses (BadInput naming ``out``) a file, a folder that holds
-    files but no kformer model or run, and a folder another training is writing (a lock on
-    ``out/training/.lock``, released when the block ends; the kernel drops the lock of a process
-    that died, so a stale lock file never blocks). A fresh run empties ``out/training``; ``resume``
-    needs its ``state.json``. When the block fails, a folder this run created is removed unless
-    it holds a checkpoint to resume from, and a write that the disk refuses (read-only, full, no
-    permission) becomes a one-line BadInput naming the file and what to do.
-    """
-    check_out_folder(out)
-    created = not out.exists()
-    try:
-        (out / TRAINING_DIR).mkdir(parents=True, exist_ok=True)
-        lock = _lock(out)
-    except OSError as exc:
-        remove_unfinished(out, created)
-        raise _unwritable(exc) from None
-    try:
-        yield prepare_training_dir(out, resume)
-    except OSError as exc:
-        remove_unfinished(out, created)
-        raise _unwritable(exc) from None
-    except BaseException:
-        remove_unfinished(out, created)
-        raise
-    finally:
-        os.close(lock)
-
-
-def _unwritable(exc: OSError) -> Exception:
-    from kformer.artifacts import write_error
-
-    return write_error(exc, "out") or exc
-
-
-def check_out_folder(out: Path) -> None:
-    """BadInput naming ``out`` when it is a file, or a folder of other files (never overwritten)."""
-    from kformer.artifacts import MANIFEST_NAME
-
-    if out.exists() and not out.is_dir():
-        raise BadInput(f"{{field}} {out} is a file; pass a folder to write the model into", field="out")
-    if out.is_dir() and not (out / MANIFEST_NAME).is_file() and not (out / TRAINING_DIR).is_dir():
-        found = sorted(item.name for item in out.iterdir())
-        if found:
-            shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
-            raise BadInput(
-                f"{out} already holds files that are not a kformer model ({shown}); kformer does not overwrite "
-                "them: pass a new or empty folder as {field}", field="out")
-
-
-def _lock(out: Path) -> int:
-    """Take ``out/training/.lock`` (non-blocking flock; the file holds the owner's PID) and return
-    its descriptor; BadInput naming ``out`` when another process holds it."""
-    path = out / TRAINING_DIR / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        import fcntl
-    except ImportError:  # Windows: no flock; the folder is not guarded
-        return fd
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        owner = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-        os.close(fd)
-        raise BadInput(f"{out} is being written by another kformer training (process {owner}); wait for it to "
-                       "finish or pass another folder as {field}", field="out") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
-
-
-def resumable_state_dir(out: Path) -> Path:
-    """``out/training`` of a run that can be resumed (it has ``state.json``), else BadInput."""
-    state_dir = out / TRAINING_DIR
-    if not (state_dir / "state.json").is_file():
-        raise BadInput(
-            f"nothing to resume in {out}: no {TRAINING_DIR}/state.json; train without resume first", field="resume"
-        )
-    return state_dir
-
-
-def prepare_training_dir(out: Path, resume: bool) -> Path:
-    """``out/training``: kept for ``resume`` (which needs its ``state.json``), else emptied (but
-    for the lock of :func:`training_folder`)."""
-    state_dir = out / TRAINING_DIR
-    if resume:
-        resumable_state_dir(out)
-    elif state_dir.exists():
-        for item in state_dir.iterdir():  # a fresh run must not mix with an older one's checkpoints
-            if item.name == LOCK_FILE:
-                continue
-            if item.is_dir() and not item.is_symlink():
-                shutil.rmtree(item)
-            else:
-                item.unlink()
-    state_dir.mkdir(parents=True, exist_ok=True)
-    return state_dir
-
-
-def remove_unfinished(out: Path, created: bool) -> None:
-    """After a failed run: remove ``out`` if this run created it and nothing in it is worth keeping."""
-    from kformer.artifacts import MANIFEST_NAME
-    from kformer.training import CHECKPOINT_STATE_NAME
-
-    if created and not (out / MANIFEST_NAME).exists() and not (out / TRAINING_DIR / CHECKPOINT_STATE_NAME).exists():
-        shutil.rmtree(out, ignore_errors=True)
 
 
 def check_texts(texts, name: str = "texts") -> list[str]:

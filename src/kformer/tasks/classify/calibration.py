@@ -2,7 +2,7 @@
 
 A classifier answers ``unknown`` when its best probability is below the threshold
 (:meth:`kformer.tasks.classify.Classifier.predict`). :func:`choose_threshold` picks it from
-validation predictions:
+validation predictions (:func:`calibrate`: those of a trained classifier):
 
 - with out-of-scope rows (validation texts whose labels the training data lacks, which should be
   routed to ``unknown``): the threshold maximising accuracy over in- and out-of-scope rows together
@@ -56,4 +56,18 @@ def choose_threshold(best: np.ndarray, correct: np.ndarray, best_out_of_scope: n
     }
     if len(oos):
         summary["out_of_scope_recall"] = float((oos < threshold).mean())
+    return summary
+
+
+def calibrate(classifier, valid, out_of_scope=None, batch_size: int = 64) -> dict[str, Any]:
+    """metrics.json's ``calibration``: :func:`choose_threshold` on ``classifier``'s predictions of
+    ``valid`` (LabelledTexts of its labels) and ``out_of_scope`` (LabelledTexts of other labels,
+    or None), and what the threshold does there."""
+    probs = classifier.probabilities(valid.texts, batch_size)
+    index = {label: i for i, label in enumerate(classifier.labels)}
+    correct = probs.argmax(axis=1) == np.array([index[label] for label in valid.labels])
+    oos = None if out_of_scope is None else classifier.probabilities(out_of_scope.texts, batch_size).max(axis=1)
+    summary = choose_threshold(probs.max(axis=1), correct, oos)
+    if out_of_scope is not None:
+        summary["labels_out_of_scope"] = sorted(set(out_of_scope.labels))
     return summary

@@ -1,0 +1,119 @@
+"""What an export of a network holds, and one endpoint as ONNX: the vocabulary every model
+object answers ``export_plan()`` in (:meth:`kformer.tasks.base.TaskModel.export_plan`).
+
+An export is a set of :class:`Endpoint` objects -- graph functions with named, typed inputs and
+outputs -- plus the resources they use, the files to copy beside them and what
+``metadata.json`` says (:class:`Plan`). :mod:`kformer.export` writes a plan as a SavedModel (every
+endpoint a signature) or as ONNX files (:func:`onnx_file`, each endpoint that names a file);
+:mod:`kformer.tasks.classify` also converts its network in memory to run on ONNX Runtime.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kformer.errors import Unsupported
+
+ONNX_OPSET = 17
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One input or output of a signature: ``dtype``, ``shape`` (None = any size) and its meaning."""
+
+    name: str
+    dtype: str
+    shape: tuple[int | None, ...]
+    meaning: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dtype": self.dtype, "shape": list(self.shape), "meaning": self.meaning}
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A function the export offers: ``fn(*inputs)`` -> ``{output name: tensor}``.
+
+    ``onnx``: also written as ``<onnx>.onnx`` for the ONNX format (None: SavedModel only).
+    """
+
+    name: str
+    fn: Callable
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+    onnx: str | None = None
+
+    def input_signature(self) -> list:
+        import keras
+
+        return [keras.InputSpec(shape=t.shape, dtype=t.dtype, name=t.name) for t in self.inputs]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"inputs": {t.name: t.to_json() for t in self.inputs},
+                "outputs": {t.name: t.to_json() for t in self.outputs}}
+
+
+@dataclass
+class Plan:
+    """What an export of one model holds: endpoints, resources to track, files to copy, metadata."""
+
+    task: str
+    endpoints: list[Endpoint]
+    tracked: list[Any] = field(default_factory=list)
+    write_files: Callable[[Path], None] = lambda folder: None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def require_onnx() -> None:
+    """Unsupported (with the install command) when the ONNX tool chain is missing."""
+    from kformer.extras import require
+
+    require("ONNX export", "export", ("onnx", "tf2onnx"), field="format")
+
+
+def onnx_file(endpoint: Endpoint, path: Path, model) -> None:
+    """Convert one endpoint (which runs the Keras ``model``) to ONNX at ``path`` (Keras' exporter,
+    tf2onnx underneath)."""
+    import warnings
+
+    wrapper = _endpoint_model(endpoint, model)
+    tf_log = logging.getLogger("tensorflow")
+    level = tf_log.level
+    tf_log.setLevel(logging.ERROR)  # tf2onnx's graph freezing warns about unrelated graph collections
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore", FutureWarning)  # Keras' numpy-2 patch of tf2onnx touches np.object
+        try:
+            wrapper.export(str(path), format="onnx", input_signature=endpoint.input_signature(), verbose=False,
+                           opset_version=ONNX_OPSET)
+        except ImportError as exc:
+            raise Unsupported(f"ONNX export needs {exc.name}, which is not installed: "
+                              "pip install 'kformer[export]'", field="format") from None
+        finally:
+            tf_log.setLevel(level)
+
+
+def _endpoint_model(endpoint: Endpoint, model):
+    """A Keras model whose ``call`` is the endpoint (what Keras' ONNX exporter takes); it holds
+    ``model`` so that the export finds its weights."""
+    import keras
+
+    class EndpointModel(keras.Model):
+        def __init__(self, inner, **kwargs):
+            super().__init__(**kwargs)
+            self.inner = inner
+
+        def call(self, *inputs):
+            return endpoint.fn(*inputs)[endpoint.outputs[0].name]
+
+    wrapper = EndpointModel(model, name=endpoint.name)
+    wrapper.built = True  # its weights are the built ``model``'s
+    wrapper._called = True
+    return wrapper
+
+

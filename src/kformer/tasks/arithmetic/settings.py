@@ -1,0 +1,71 @@
+"""The settings of an arithmetic run: one frozen dataclass (recipe sections ``[data]``,
+``[model]``, ``[training]``); every field is also a ``kformer train arithmetic`` flag."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from kformer.config import setting
+from kformer.errors import BadInput
+
+TASK = "arithmetic"
+
+
+@dataclass(frozen=True)
+class ArithmeticConfig:
+    """Settings of an arithmetic run (recipe sections ``[data]``, ``[model]``, ``[training]``)."""
+
+    digits: int = setting(4, "data", "digits per operand")
+    ops: str = setting("+-", "data", "operators, from '+-'", metavar="OPS")
+    pad_operands: bool = setting(True, "data", "zero-pad operands to `digits` (0012+0345)")
+    reverse_answer: bool = setting(True, "data", "write the answer ones-digit first, sign last")
+    source_style: Literal["chars", "interleaved", "columns"] = setting(
+        "columns", "data", "how the problem is read: a character at a time, the operands' digits interleaved, or "
+        "one token per column")
+    held_out_size: int = setting(10000, "data", "held-out problems scored after training")
+    train_digits: int = setting(0, "data", "training operands have at most this many digits (0 = `digits`); "
+                                "held-out ones use all `digits`: measures length generalisation")
+    dim: int = setting(64, "model", "model width")
+    heads: int = setting(4, "model", "attention heads")
+    ff_dim: int = setting(256, "model", "feed-forward width")
+    encoder_layers: int = setting(2, "model", "encoder blocks")
+    decoder_layers: int = setting(2, "model", "decoder blocks")
+    dropout: float = setting(0.0, "model", "dropout rate")
+    positions: Literal["learned", "sinusoidal"] = setting("learned", "model", "position embeddings")
+    norm_first: bool = setting(True, "model", "pre-norm blocks")
+    tie_embeddings: bool = setting(False, "model", "reuse the target embedding as the output projection")
+    batch_size: int = setting(128, "training", "problems per step")
+    steps_per_epoch: int = setting(200, "training", "steps of fresh problems per epoch")
+    epochs: int = setting(50, "training", "most epochs")
+    learning_rate: float = setting(3e-3, "training", "peak learning rate")
+    warmup_steps: int = setting(100, "training", "steps of linear warmup")
+    final_lr_ratio: float = setting(0.02, "training", "the rate decays to learning_rate times this")
+    label_smoothing: float = setting(0.0, "training", "label smoothing (0 = off)")
+    weight_decay: float = setting(0.0, "training", "AdamW weight decay (0 = Adam)")
+    jit_compile: bool = setting(True, "training", "XLA-compile the training step")
+    max_minutes: float | None = setting(None, "training", "stop training after this many minutes")
+    precision: Literal["float32", "mixed_bfloat16"] = setting(
+        "float32", "training", "mixed_bfloat16: compute in bfloat16 (weights and outputs stay float32); see bench/precision.py")
+    seed: int = setting(0, "training", "random seed")
+
+    def __post_init__(self):
+        for name in ("batch_size", "steps_per_epoch", "epochs", "held_out_size", "dim", "heads", "ff_dim",
+                     "encoder_layers", "decoder_layers"):
+            if getattr(self, name) < 1:
+                raise BadInput(f"{{field}} must be at least 1, not {getattr(self, name)}", field=name)
+        if self.max_minutes is not None and self.max_minutes <= 0:
+            raise BadInput(f"{{field}} must be positive, not {self.max_minutes}", field="max_minutes")
+        if self.dim % self.heads:
+            raise BadInput(f"dim {self.dim} must be a multiple of {{field}} ({self.heads})", field="heads")
+        if not self.ops or set(self.ops) - set("+-"):
+            raise BadInput(f"{{field}} must be made of '+' and '-', not {self.ops!r}", field="ops")
+        self.answer_format()  # digits, source_style: checked by the format itself
+
+    def answer_format(self):
+        """The :class:`~kformer.data.arithmetic.ArithmeticFormat` these settings describe."""
+        from kformer.data.arithmetic import ArithmeticFormat
+
+        return ArithmeticFormat(digits=self.digits, ops=self.ops, pad_operands=self.pad_operands,
+                                reverse_answer=self.reverse_answer, source_style=self.source_style,
+                                train_digits=self.train_digits)

@@ -1,0 +1,121 @@
+"""The settings of a classify run: one frozen dataclass (recipe sections ``[data]``, ``[model]``,
+``[training]``); every field is also a ``kformer train classify`` flag, and what ``"auto"``
+becomes is said once, by the rule's summary (:mod:`kformer.tasks.classify.auto`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from kformer.auto import Rules
+from kformer.config import AUTO, Auto, coerce, setting
+from kformer.errors import BadInput
+from kformer.tasks.classify.auto import RULES
+from kformer.tasks.classify.calibration import KEEP
+
+TASK = "classify"
+SCRATCH_BACKBONES = ("scratch", "bert-scratch")
+
+
+@dataclass(frozen=True)
+class ClassifyConfig:
+    """Every setting of a classify run (recipe sections ``[data]``, ``[model]``, ``[training]``)."""
+
+    rules: ClassVar[Rules] = RULES  # what each "auto" setting becomes
+    # what a recipe that does not name these gets (:func:`kformer.config.make_config`): recipes
+    # written before the wide part train as they were measured
+    RECIPE_DEFAULTS: ClassVar[dict[str, Any]] = {"wide": False}
+
+    text_column: str = setting("text", "data", "column holding the text")
+    label_column: str = setting("label", "data", "column holding the label")
+    tokenizer: Literal["word", "wordpiece"] = setting("word", "data", "word or wordpiece (scratch backbones only)")
+    truncation: Literal["head", "tail", "head_tail"] | Auto = setting(
+        AUTO, "data", "which part of a long text to keep, word tokenizer")
+    ngrams: int = setting(1, "data", "2: the word vocabulary also holds word bigrams (fastText-style)")
+    vocab_size: int | Auto = setting(AUTO, "data", "vocabulary size learned from the training text")
+    max_length: int | Auto = setting(AUTO, "data", "tokens per text; longer texts are truncated")
+    valid_fraction: float = setting(0.1, "data", "stratified hold-out share when no validation data is given")
+
+    backbone: str = setting("scratch", "model", "scratch (kformer's encoder) | bert-scratch | minilm | a KerasHub/"
+                            "Hugging Face BERT folder")
+    pooling: Literal["mean", "cls"] = setting(
+        "mean", "model", "BERT backbones' text vector: mean of the non-padding token vectors (how all-MiniLM-L6-v2 "
+        "was trained), or cls: the [CLS] pooler")
+    freeze: bool = setting(
+        False, "model", "BERT backbones: keep the backbone's weights; text vectors are computed once (cached in "
+        "training/) and only the head is trained: minutes instead of hours on a CPU")
+    freeze_token_embedding: bool = setting(
+        False, "model", "pretrained BERT backbones: keep the token embedding table as loaded while the rest "
+        "fine-tunes (MiniLM: 11.7M of its 22.7M weights)")
+    wide: bool | Auto = setting(
+        AUTO, "model", "also fit a TF-IDF n-gram + logistic regression part on the training split and mix its "
+        "probabilities with the network's by a weight chosen on validation; metrics.json \"wide\" shows what each "
+        "part scores, and such a model cannot be exported (a recipe that does not name it: off)")
+    wide_refit: bool = setting(
+        False, "model", "once the mix weight is chosen, fit the wide part again on the training and validation "
+        "texts together (same C; its time counts in max_minutes; on in the banking77-minilm and imdb-best recipes)")
+    wide_ngrams: int = setting(2, "model", "longest word n-gram of the wide part: 1 (words), 2 (words and word "
+                               "pairs) or 3 (also triples: on IMDB the part alone 91.1 % instead of 90.9 %, in twice "
+                               "its fit time)")
+    dim: int | Auto = setting(AUTO, "model", "model width")
+    heads: int | Auto = setting(AUTO, "model", "attention heads")
+    ff_dim: int | Auto = setting(AUTO, "model", "feed-forward width")
+    blocks: int | Auto = setting(AUTO, "model", "encoder blocks")
+    dropout: float | Auto = setting(AUTO, "model", "dropout rate")
+    positions: Literal["learned", "sinusoidal"] = setting("learned", "model", "position embeddings")
+    window: int = setting(0, "model", "> 0: self-attention within windows of this many tokens (long documents)")
+
+    epochs: int | Auto = setting(AUTO, "training", "maximum epochs, early stopping may end sooner")
+    batch_size: int | Auto = setting(AUTO, "training", "texts per training step")
+    learning_rate: float | Auto = setting(AUTO, "training", "peak learning rate, after warmup")
+    warmup: float = setting(0.1, "training", "fraction of all steps spent warming up")
+    decay: Literal["cosine", "linear", "none"] = setting("cosine", "training", "none: a constant rate, no warmup")
+    weight_decay: float = setting(0.01, "training", "AdamW weight decay")
+    label_smoothing: float | Auto = setting(AUTO, "training", "label smoothing, 0 = off")
+    class_weights: bool = setting(False, "training", "weight classes inversely to their frequency")
+    patience: int | Auto = setting(AUTO, "training", "epochs without validation macro-F1 improvement before stopping")
+    seed: int = setting(0, "training", "random seed")
+    max_minutes: float | None = setting(None, "training", "stop after this many minutes, keeping the best weights "
+                                        "(resumed: minutes of training in all)", metavar="M")
+    calibrate: bool = setting(
+        False, "training", "choose the unknown route's threshold on the validation set (its labels the training "
+        f"data lacks are out-of-scope texts; without them {KEEP:.0%} of the correct predictions stay above it); "
+        "predict and serve use it by default")
+    precision: Literal["float32", "mixed_bfloat16"] = setting(
+        "float32", "training", "mixed_bfloat16: compute in bfloat16 (weights and outputs stay float32); see bench/precision.py")
+
+    def __post_init__(self):
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            coerce(getattr(self, f.name), hints[f.name], f.name)  # types and choices
+        for name in ("epochs", "max_length", "batch_size", "vocab_size", "dim", "heads", "ff_dim", "blocks"):
+            if getattr(self, name) != AUTO and getattr(self, name) < 1:
+                raise BadInput(f"{{field}} must be at least 1, got {getattr(self, name)}", field=name)
+        for name in ("dropout", "warmup", "weight_decay", "label_smoothing", "valid_fraction"):
+            if getattr(self, name) != AUTO and not 0.0 <= getattr(self, name) < 1.0:
+                raise BadInput(f"setting {{field}} = {getattr(self, name)} must be at least 0 and below 1", field=name)
+        if self.patience != AUTO and self.patience < 0:
+            raise BadInput(f"{{field}} must be 0 or more, got {self.patience}", field="patience")
+        if self.ngrams not in (1, 2) or (self.ngrams == 2 and self.tokenizer != "word"):
+            raise BadInput(f'setting {{field}} = {self.ngrams!r}: use 1, or 2 with tokenizer = "word"', field="ngrams")
+        if self.freeze and (self.backbone == "scratch" or self.pooling != "mean"):
+            raise BadInput("{field} needs a BERT backbone (minilm, a folder, bert-scratch) with pooling = \"mean\"",
+                           field="freeze")
+        if self.freeze_token_embedding and self.scratch:
+            raise BadInput("{field} needs a pretrained BERT backbone (minilm or a folder): a scratch model's "
+                           "embeddings must be learned", field="freeze_token_embedding")
+        if self.wide_ngrams not in (1, 2, 3):
+            raise BadInput(f"setting {{field}} = {self.wide_ngrams!r}: use 1, 2 or 3", field="wide_ngrams")
+        if self.window < 0:
+            raise BadInput(f"setting {{field}} = {self.window} must be 0 (full attention) or a window length", field="window")
+        if self.learning_rate != AUTO and self.learning_rate <= 0:
+            raise BadInput(f"{{field}} must be above 0, got {self.learning_rate}", field="learning_rate")
+        if self.max_minutes is not None and self.max_minutes <= 0:
+            raise BadInput(f"{{field}} must be above 0, got {self.max_minutes}", field="max_minutes")
+
+    @property
+    def scratch(self) -> bool:
+        """True when the network is learned from nothing (and so is its vocabulary)."""
+        return self.backbone in SCRATCH_BACKBONES

@@ -1,0 +1,68 @@
+"""Translation training batches: which encoded pairs train, how they are grouped, and the
+``tf.data`` pipeline that feeds them to the model.
+
+Pairs are ``(sources, targets)``: two lists of subword-id lists, no special tokens. A batch is
+teacher forcing: the decoder reads ``[START] + target`` and learns ``target + [END]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from kformer.auto import AUTO
+
+EncodedPairs = tuple[list[list[int]], list[list[int]]]  # (sources, targets) of subword ids
+
+
+def fitting(sources: list[list[int]], targets: list[list[int]], max_length: int) -> EncodedPairs:
+    """``(sources, targets)`` of the pairs whose sides are 1..``max_length`` subwords long."""
+    kept = [(s, t) for s, t in zip(sources, targets, strict=True) if 0 < len(s) <= max_length and 0 < len(t) <= max_length]
+    return [s for s, _ in kept], [t for _, t in kept]
+
+
+def target_tokens(pairs: EncodedPairs) -> int:
+    """Target tokens an epoch of ``pairs`` trains on, ``[END]`` included."""
+    return sum(len(ids) + 1 for ids in pairs[1])
+
+
+def batch_plan(config, lengths: Sequence[int] | np.ndarray, shuffle: bool, levels=None, batch_size: int | None = None):
+    """The :class:`~kformer.data.pair_batches.PairBatchPlan` of pairs of these batch ``lengths``
+    (:func:`~kformer.data.pair_batches.pair_lengths`): packed by ``config.batch_tokens`` unless
+    ``config.batch_size`` is set (or a ``batch_size`` is given)."""
+    from kformer.data.pair_batches import PairBatchPlan
+
+    batch_size = batch_size or (None if config.batch_size == AUTO else config.batch_size)
+    return PairBatchPlan(lengths, batch_tokens=None if batch_size else config.batch_tokens, batch_size=batch_size,
+                         seed=config.seed, shuffle=shuffle, levels=levels)
+
+
+def dataset(pairs: EncodedPairs, plan, limits=(None, None), first_epoch: int = 0):
+    """A ``tf.data`` pipeline of the teacher-forcing batches ``plan`` arranges, epoch by epoch.
+
+    Yields ``({"source": (batch, S), "target_in": (batch, T)}, target_out (batch, T))`` with
+    ``target_in = [START] + target`` and ``target_out = target + [END]``, each padded to its
+    width bucket (at most ``limits``). ``first_epoch`` is where a resumed run starts, so it sees
+    the order an uninterrupted run would.
+    """
+    import tensorflow as tf  # input pipeline only, outside the model
+
+    from kformer.data.batching import pad_batch
+    from kformer.text.specials import END_ID, START_ID
+
+    sources, targets = pairs
+    epoch = {"n": first_epoch}
+
+    def generate():
+        batches = plan.epoch(epoch["n"])
+        epoch["n"] += 1
+        for rows in batches:
+            source = pad_batch([sources[i] for i in rows], limit=limits[0])
+            target_in = pad_batch([[START_ID, *targets[i]] for i in rows], limit=limits[1])
+            target_out = pad_batch([[*targets[i], END_ID] for i in rows], limit=limits[1])
+            yield {"source": source, "target_in": target_in}, target_out
+
+    spec = tf.TensorSpec((None, None), tf.int32)
+    pipeline = tf.data.Dataset.from_generator(generate, output_signature=({"source": spec, "target_in": spec}, spec))
+    return pipeline.apply(tf.data.experimental.assert_cardinality(plan.steps)).prefetch(2)

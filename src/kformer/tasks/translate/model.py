@@ -1,0 +1,342 @@
+"""A loaded translator, and the translation model folder: the one place that writes and reads it.
+
+The folder: ``kformer.json`` (task ``translate``, the vocabulary files, the longest source and
+target, the output cap, recipe, a metrics summary), ``model.keras``, ``vocab.spm`` (or
+``source.spm`` and ``target.spm``; ``words.txt`` or ``source_words.txt`` and
+``target_words.txt`` for whole words), ``metrics.json``, ``test_translations.json`` and
+``training/`` (checkpoint, logs, and what ``resume`` needs to rebuild the same model:
+``state.json`` and the vocabularies, written by :func:`save_vocabs`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kformer.data.pairs import Pair
+from kformer.errors import BadInput, CorruptModel, KformerError
+from kformer.folders import MODEL_FILE, TRAINING_DIR, read_manifest, write_model_folder
+from kformer.tasks.base import AttentionMaps, TaskModel, check_texts, write_curves
+from kformer.tasks.translate.auto import DEFAULT_DECODE_LENGTH
+from kformer.tasks.translate.pairs import PairData, read_pair_data
+from kformer.tasks.translate.settings import TASK, at_least
+
+SHARED_VOCAB_FILE = "vocab.spm"
+SOURCE_VOCAB_FILE = "source.spm"
+TARGET_VOCAB_FILE = "target.spm"
+WORD_VOCAB_FILES = {"shared": "words.txt", "source": "source_words.txt", "target": "target_words.txt"}
+TEST_TRANSLATIONS_FILE = "test_translations.json"
+# Decoding never puts more than this many copies of a word or a span of subwords back to back
+# (``max_repeat``; 0 turns the limit off): real sentences do not, looping models do.
+MAX_REPEAT = 3
+
+
+def check_decoding(beam: int, batch_size: int, max_repeat: int = MAX_REPEAT, prefix: str = "") -> None:
+    """Reject a ``beam`` or ``batch_size`` below 1 or a ``max_repeat`` below 0 (before a model is
+    loaded or run); the error's field is ``prefix`` + the name (``"parameters."`` for a request)."""
+    for name, value, least in (("beam", beam, 1), ("batch_size", batch_size, 1), ("max_repeat", max_repeat, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise BadInput(f"{{field}} must be at least {least}, not {value!r}", field=prefix + name)
+
+
+# --- the folder ------------------------------------------------------------------------------------
+
+
+def _vocab_files(shared: bool, words: bool = False) -> dict[str, Any]:
+    """The manifest's ``vocab`` entry: which files hold the vocabularies."""
+    if words:
+        names = WORD_VOCAB_FILES
+        return {"shared": shared, "kind": "words", "source": names["shared" if shared else "source"],
+                "target": names["shared" if shared else "target"]}
+    if shared:
+        return {"shared": True, "source": SHARED_VOCAB_FILE, "target": SHARED_VOCAB_FILE}
+    return {"shared": False, "source": SOURCE_VOCAB_FILE, "target": TARGET_VOCAB_FILE}
+
+
+def _is_words(vocab) -> bool:
+    from kformer.text.word_vocab import WordVocabulary
+
+    return isinstance(vocab, WordVocabulary)
+
+
+def save_vocabs(folder: Path, source_vocab, target_vocab) -> dict[str, Any]:
+    """Write the vocabularies into ``folder`` (the same object when shared: one file); returns
+    their manifest entry, what :func:`load_vocabs` reads back."""
+    files = _vocab_files(source_vocab is target_vocab, _is_words(source_vocab))
+    source_vocab.save(folder / files["source"])
+    if not files["shared"]:
+        target_vocab.save(folder / files["target"])
+    return files
+
+
+def load_vocabs(folder: Path, files: dict[str, Any]):
+    """``(source, target)`` vocabularies named by a manifest entry (the same object when shared)."""
+    from kformer.text.subword import Subwords
+    from kformer.text.word_vocab import WordVocabulary
+
+    kind = WordVocabulary if files.get("kind") == "words" else Subwords
+
+    def read(name: str):
+        try:
+            return kind.load(folder / name)
+        except KformerError as exc:
+            raise CorruptModel(exc.message_for(), field="model_dir") from None
+
+    source = read(files.get("source", SOURCE_VOCAB_FILE))
+    return source, source if files.get("shared") else read(files.get("target", TARGET_VOCAB_FILE))
+
+
+def save(translator: Translator, out: str | os.PathLike, recipe: dict, metrics: dict,
+         extra_files: dict[str, Any] | None = None) -> Path:
+    """Write ``translator`` as a model folder, atomically: model, vocabularies, ``kformer.json``,
+    ``metrics.json`` and any ``extra_files`` (name -> JSON data)."""
+    from kformer.artifacts import write_json_atomic
+
+    manifest = {
+        "vocab": _vocab_files(translator.source_vocab is translator.target_vocab, _is_words(translator.source_vocab)),
+        "max_source_length": translator.max_source_length,
+        "max_target_length": translator.max_target_length,
+        "decode_length": translator.decode_length,
+        "recipe": recipe,
+        "metrics": {k: metrics[k] for k in ("test", "valid_loss", "train_seconds", "splits") if k in metrics},
+    }
+
+    def write_files(stage: Path) -> None:
+        save_vocabs(stage, translator.source_vocab, translator.target_vocab)
+        for name, data in (extra_files or {}).items():
+            write_json_atomic(stage / name, data)
+        write_curves(Path(out) / TRAINING_DIR, stage)
+
+    return write_model_folder(out, TASK, translator.model, manifest, metrics, write_files=write_files)
+
+
+def load(folder: str | os.PathLike) -> Translator:
+    """Open a translation model folder (safe mode; a clear error if it is not one). Folders
+    written before model folders had a ``format_version`` load too."""
+    import kformer.models.seq2seq  # noqa: F401  registers Seq2SeqTransformer for loading
+    from kformer.folders import load_keras_model
+
+    folder = Path(folder)
+    manifest = read_manifest(folder, task=TASK)
+    source_vocab, target_vocab = load_vocabs(folder, manifest.get("vocab", {}))
+    model = load_keras_model(folder / manifest.get("model_file", MODEL_FILE))
+    return Translator(model, source_vocab, target_vocab, folder, manifest)
+
+
+def translation_rows(pairs: Sequence[Pair], translations: Sequence[str]) -> list[dict]:
+    """``{"source", "reference", "translation"}`` per pair: the rows of ``test_translations.json``
+    and of an evaluation's ``translations.json``."""
+    return [{"source": p.source, "reference": p.target, "translation": t}
+            for p, t in zip(pairs, translations, strict=True)]
+
+
+# --- using a trained model ------------------------------------------------------------------------
+
+
+class Translator(TaskModel):
+    """A translation model with its source and target vocabularies (the same object when shared)."""
+
+    task = TASK
+    parameters = {"beam": 1, "max_repeat": MAX_REPEAT}
+
+    def __init__(self, model, source_vocab, target_vocab, folder: str | os.PathLike, manifest: dict | None = None):
+        super().__init__(Path(folder), manifest or {})
+        self.model, self.source_vocab, self.target_vocab = model, source_vocab, target_vocab
+
+    @property
+    def max_source_length(self) -> int:
+        return int(self.model.max_source_length)
+
+    @property
+    def max_target_length(self) -> int:
+        return int(self.model.max_target_length)
+
+    @property
+    def decode_length(self) -> dict[str, float]:
+        """The output cap per sentence, ``{"per_source_token": a, "extra": b}``: a translation of a
+        source of ``n`` subwords gets at most ``ceil(a * n) + b`` target tokens (``[END]``
+        included), ``a`` measured on the training pairs (:func:`~kformer.tasks.translate.auto.
+        decode_length_rule`); folders written before the rule get ``a = 2, b = 8``."""
+        return self.manifest.get("decode_length") or dict(DEFAULT_DECODE_LENGTH)
+
+    def decode_limits(self, source_lengths: Sequence[int]) -> list[int]:
+        """Most target tokens for sources of these subword lengths (:attr:`decode_length`, at
+        most the model's longest target)."""
+        rule = self.decode_length
+        return [int(min(self.max_target_length, math.ceil(rule["per_source_token"] * n) + rule["extra"]))
+                for n in source_lengths]
+
+    def metadata(self) -> dict[str, Any]:
+        return {**super().metadata(), "shared_vocab": self.source_vocab is self.target_vocab,
+                "max_source_length": self.max_source_length, "max_target_length": self.max_target_length}
+
+    def encode_sources(self, texts: Sequence[str]) -> list[list[int]]:
+        """NFC-normalised subword ids of each text, cut to the model's longest source."""
+        from kformer.data.pairs import normalize_text
+        from kformer.text.specials import UNK_ID
+
+        ids = self.source_vocab.encode([normalize_text(t) for t in texts])
+        return [seq[: self.max_source_length] or [UNK_ID] for seq in ids]
+
+    def _decode(self, sources: list[list[int]], beam: int, batch_size: int, max_repeat: int) -> list[str]:
+        """Translations of subword-id sources, in their order. Batches hold similar lengths, so
+        little time goes to padding; each is ``(batch, width)`` with ``width`` a bucket."""
+        import numpy as np
+
+        from kformer.data.batching import length_bucketed_batches, pad_batch
+        from kformer.models.generation import beam_search, greedy_decode
+
+        results = [""] * len(sources)
+        for batch in length_bucketed_batches([len(s) for s in sources], batch_size):
+            ids = pad_batch([sources[i] for i in batch], limit=self.max_source_length)
+            max_length = self._decode_length(ids)
+            limits = self.decode_limits([len(sources[i]) for i in batch])
+            if beam == 1:
+                generated = greedy_decode(self.model, ids, max_length, row_limits=limits, max_repeat=max_repeat)
+            else:
+                generated = beam_search(self.model, ids, max_length, beam_width=beam, row_limits=limits,
+                                        max_repeat=max_repeat)
+            for row, text in zip(batch, self.target_vocab.decode(np.asarray(generated)), strict=True):
+                results[row] = text
+        return results
+
+    def _decode_length(self, ids) -> int:
+        """Most tokens to generate for a batch of sources ``ids (batch, width)`` (each row is
+        capped further by :meth:`decode_limits`): a translation rarely needs more than twice the
+        source's subwords. Computed from the decode width the source is padded to, so
+        :meth:`warmup` meets every generation buffer a request can use."""
+        from kformer.models.generation import decode_widths
+
+        widths = decode_widths(self.max_source_length)
+        width = next((w for w in widths if w >= ids.shape[1]), ids.shape[1])
+        return int(min(self.max_target_length, 2 * width + 8))
+
+    def translate(self, texts: Sequence[str], *, beam: int = 1, batch_size: int = 64,
+                  max_repeat: int = MAX_REPEAT) -> list[str]:
+        """Translate each text (greedy when ``beam`` is 1, else beam search); blank texts give ''.
+        No word or span of up to 8 subwords appears more than ``max_repeat`` times in a row in a
+        translation (0: no limit; see :data:`MAX_REPEAT`)."""
+        texts = check_texts(texts)
+        check_decoding(beam, batch_size, max_repeat)
+        results = [""] * len(texts)
+        todo = [i for i, text in enumerate(texts) if text.strip()]
+        if todo:
+            decoded = self._decode(self.encode_sources([texts[i] for i in todo]), beam, batch_size, max_repeat)
+            for i, text in zip(todo, decoded, strict=True):
+                results[i] = text
+        return results
+
+    def score(self, pairs: Sequence[Pair], *, beam: int = 1, batch_size: int = 64,
+              max_repeat: int = MAX_REPEAT) -> tuple[dict, list[str]]:
+        """BLEU, chrF, exact match, ``repetition`` (share of translations in which a word or a
+        target subword repeats more than 3 times in a row), ``n``, ``beam``, ``max_repeat`` and
+        ``decode_seconds`` of the translations of ``pairs`` (decoded as :meth:`translate`); also
+        the translations."""
+        from kformer.metrics import repetition_share, translation_scores
+
+        start = time.monotonic()
+        hypotheses = self.translate([p.source for p in pairs], beam=beam, batch_size=batch_size, max_repeat=max_repeat)
+        seconds = time.monotonic() - start
+        scores = translation_scores(hypotheses, [p.target for p in pairs])
+        scores["repetition"] = repetition_share(hypotheses, self.target_vocab.encode(hypotheses))
+        scores.update(beam=beam, max_repeat=max_repeat, decode_seconds=round(seconds, 2))
+        return scores, hypotheses
+
+    def evaluate(self, data: PairData, *, beam: int = 1, batch_size: int = 64, out: str | os.PathLike | None = None,
+                 limit: int | None = None, max_repeat: int = MAX_REPEAT) -> dict:
+        """Scores (as :meth:`score`) of the translations of ``data`` (a pairs file or pairs in
+        memory; the first ``limit`` only, when given). With ``out``, also writes
+        ``out/scores.json`` and ``out/translations.json`` (source, reference, translation)."""
+        from kformer.artifacts import staged_folder, write_json_atomic
+
+        check_decoding(beam, batch_size, max_repeat)
+        pairs = read_pair_data(data, "data")
+        if limit is not None:
+            at_least("limit", limit, 1)
+            pairs = pairs[:limit]
+        scores, hypotheses = self.score(pairs, beam=beam, batch_size=batch_size, max_repeat=max_repeat)
+        if out is not None:
+            with staged_folder(Path(out)) as stage:
+                write_json_atomic(stage / "scores.json", scores)
+                write_json_atomic(stage / "translations.json", translation_rows(pairs, hypotheses))
+        return scores
+
+    def predict_instances(self, instances: list[str], parameters: dict[str, Any] | None = None) -> list[dict]:
+        """``{"translation": ...}`` per input sentence (parameters: ``beam``, ``max_repeat``)."""
+        parameters = self.check_parameters(parameters)
+        instances = check_texts(instances, "instances")
+        check_decoding(parameters["beam"], 1, parameters["max_repeat"], prefix="parameters.")
+        return [{"translation": text}
+                for text in self.translate(instances, beam=parameters["beam"], max_repeat=parameters["max_repeat"])]
+
+    def attention_maps(self, text: str) -> AttentionMaps:
+        """Translate ``text`` greedily; encoder, decoder-self and cross attention of every layer and
+        head, ``(layers, heads, queries, keys)``, labelled with subword pieces."""
+        import numpy as np
+
+        from kformer.data.batching import pad_batch
+        from kformer.models.generation import greedy_decode, strip_special
+        from kformer.text.specials import START, START_ID
+
+        if not isinstance(text, str) or not text.strip():
+            raise BadInput("{field} must be a non-empty sentence", field="text")
+        source = self.encode_sources([text])
+        padded = pad_batch(source, limit=self.max_source_length)  # decoded exactly as translate() does
+        generated = greedy_decode(self.model, padded, self._decode_length(padded),
+                                  row_limits=self.decode_limits([len(source[0])]), max_repeat=MAX_REPEAT)[0]
+        # the decoder reads [START] + output: a translation that never ended is cut to fit
+        output = strip_special(generated)[: self.max_target_length - 1]
+        source = np.array(source, dtype="int32")
+        target_in = np.array([[START_ID, *output]], dtype="int32")
+        maps = {name: stack[0] for name, stack in self.model.attention_maps(source, target_in).items()}
+        source_pieces = self.source_vocab.pieces(source[0])
+        target_pieces = [START, *self.target_vocab.pieces(output)]
+        return AttentionMaps(
+            maps=maps,
+            rows={"encoder": source_pieces, "decoder_self": target_pieces, "cross": target_pieces},
+            cols={"encoder": source_pieces, "decoder_self": target_pieces, "cross": source_pieces},
+            output=self.target_vocab.decode([generated])[0],
+        )
+
+    def export_plan(self):
+        """The encoder, one decoder step and greedy decoding (:mod:`kformer.models.seq2seq_export`),
+        each greedy row capped by :attr:`decode_length`; the SentencePiece files beside them."""
+        import shutil
+
+        from kformer.models.export_plan import Plan
+        from kformer.models.seq2seq_export import seq2seq_endpoints, seq2seq_info
+
+        vocab = self.manifest.get("vocab") or {}
+        files = list(dict.fromkeys([vocab.get("source", SOURCE_VOCAB_FILE), vocab.get("target", TARGET_VOCAB_FILE)]))
+
+        def write_files(folder: Path) -> None:
+            for name in files:
+                shutil.copyfile(self.folder / name, folder / name)
+
+        return Plan(TASK, seq2seq_endpoints(self.model, self.decode_length), [self.model], write_files,
+                    {"vocabulary_files": files, **seq2seq_info(self.model)})
+
+    def warmup(self, beams: Sequence[int] = (1,)) -> None:
+        """Decode once per decode shape (batch and width bucket) and beam width in ``beams``
+        (1 = greedy, what a request gets by default), with the default repeat limit, so no request
+        decoding that way waits for a compile. ``warmup(beams=(1, 4))`` also readies beam 4 (each
+        beam width compiles its own loop: seconds per shape)."""
+        import numpy as np
+
+        from kformer.models.generation import beam_search, decode_shapes, greedy_decode
+        from kformer.text.specials import END_ID
+
+        for beam in beams:
+            check_decoding(beam, 1)
+        for beam in dict.fromkeys(beams):
+            for batch, width in decode_shapes(self.model):
+                ids = np.full((batch, width), END_ID + 1, dtype="int32")  # any ordinary piece
+                if beam == 1:
+                    greedy_decode(self.model, ids, self._decode_length(ids), max_repeat=MAX_REPEAT)
+                else:
+                    beam_search(self.model, ids, self._decode_length(ids), beam_width=beam, max_repeat=MAX_REPEAT)
+

@@ -1,0 +1,68 @@
+"""Sentence pairs in: reading them from a file or from memory, and splitting off the held-out ones."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from kformer.data.pairs import Pair
+from kformer.errors import BadInput, KformerError
+
+# A path to source<TAB>target lines, or (source, target) tuples / Pairs in memory.
+PairData = str | os.PathLike | Sequence[Pair | tuple[str, str]]
+
+
+def read_pair_data(data: PairData, name: str = "data") -> list[Pair]:
+    """Pairs from a path (``source<TAB>target`` lines, ``.gz`` fine, more columns ignored) or from
+    ``(source, target)`` tuples / :class:`Pair` objects, NFC-normalised; errors name ``name``."""
+    from kformer.data.pairs import read_pairs
+
+    if isinstance(data, str | os.PathLike):
+        try:
+            return read_pairs(data)
+        except KformerError as exc:
+            raise BadInput(exc.message_for(), field=name) from None
+    if data is None or isinstance(data, bytes):
+        raise BadInput("{field} must be a path or a list of (source, target) pairs", field=name)
+    pairs = [_pair(item, f"{name}[{i}]", i + 1) for i, item in enumerate(data)]
+    if not pairs:
+        raise BadInput("{field} holds no sentence pairs", field=name)
+    return pairs
+
+
+def _pair(item, field: str, line: int) -> Pair:
+    from kformer.data.pairs import normalize_text
+
+    if isinstance(item, Pair):
+        sides = (item.source, item.target)
+    elif isinstance(item, Sequence) and not isinstance(item, str) and len(item) == 2:
+        sides = tuple(item)
+    else:
+        raise BadInput("{field} must be a (source, target) pair of strings", field=field)
+    if not all(isinstance(side, str) for side in sides):
+        raise BadInput("{field} must be a (source, target) pair of strings", field=field)
+    source, target = (normalize_text(side) for side in sides)
+    if not source or not target:
+        raise BadInput(f"{{field}} has an empty {'source' if not source else 'target'}", field=field)
+    return Pair(source, target, line)
+
+
+def split_pairs(config, train: list[Pair], valid: list[Pair] | None, test: list[Pair] | None):
+    """``(train, valid, test)``: given pairs as they are, missing ones held out of ``train`` at
+    random (``config.holdout`` test pairs, at most a tenth; ``config.valid_size`` validation
+    pairs, at most a twentieth of the rest)."""
+    from kformer.data.pairs import random_holdout
+
+    if test is None:
+        size = min(config.holdout, len(train) // 10)
+        if size < 1:
+            raise BadInput(f"the training data has only {len(train)} pairs, too few to hold out test pairs; "
+                           "pass {field} pairs or give at least 10", field="test")
+        train, test = random_holdout(train, size, seed=config.seed)
+    if valid is None:
+        size = min(config.valid_size, len(train) // 20)
+        if size < 1:
+            raise BadInput(f"the training data has only {len(train)} pairs left, too few to hold out validation "
+                           "pairs; pass {field} pairs", field="valid")
+        train, valid = random_holdout(train, size, seed=config.seed + 1)
+    return train, valid, test

@@ -1,0 +1,104 @@
+"""The settings of a translation run: one frozen dataclass (recipe sections ``[data]``,
+``[model]``, ``[training]``); every field is also a ``kformer train translate`` flag, and what
+``"auto"`` becomes is the rule of :mod:`kformer.tasks.translate.auto`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from kformer.auto import Rules
+from kformer.config import AUTO, Auto, setting
+from kformer.errors import BadInput
+from kformer.tasks.translate.auto import RULES
+
+TASK = "translate"
+
+
+@dataclass(frozen=True)
+class TranslateConfig:
+    """Settings of a translation run (recipe sections ``[data]``, ``[model]``, ``[training]``)."""
+
+    rules: ClassVar[Rules] = RULES
+
+    vocab_size: int | Auto = setting(AUTO, "data", "subword vocabulary size (the shared one, or the source's)")
+    target_vocab_size: int | Auto = setting(AUTO, "data", "target subword vocabulary size when not shared")
+    shared_vocab: bool | Auto = setting(AUTO, "data", "one subword vocabulary for both languages")
+    tokens: Literal["subwords", "words"] | Auto = setting(
+        AUTO, "data", "subwords (SentencePiece, vocab_size) or whole words (every training word, unknown ones "
+        "[UNK]; for a handful of pairs, as the Tamil lesson's levels)")
+    max_length: int | Auto = setting(AUTO, "data", "subwords per sentence; longer training pairs are skipped")
+    holdout: int = setting(2000, "data", "test pairs held out at random when no test pairs are given (at most 10%)")
+    valid_size: int = setting(500, "data", "validation pairs held out when none are given (at most 5%)")
+    dim: int | Auto = setting(AUTO, "model", "model width")
+    heads: int = setting(4, "model", "attention heads")
+    ff_dim: int | Auto = setting(AUTO, "model", "feed-forward width")
+    encoder_layers: int | Auto = setting(AUTO, "model", "encoder blocks")
+    decoder_layers: int | Auto = setting(AUTO, "model", "decoder blocks")
+    dropout: float = setting(0.1, "model", "dropout rate")
+    positions: Literal["learned", "sinusoidal"] = setting("learned", "model", "position embeddings")
+    tie_embeddings: bool | Auto = setting(AUTO, "model", "reuse the target embedding as the output projection")
+    norm_first: bool | Auto = setting(AUTO, "model", "pre-norm blocks")
+    share_embeddings: bool = setting(
+        False, "model", "one token table for source and target (with tie_embeddings also the output): halves the "
+        "embedding weights; needs shared_vocab")
+    epochs: int = setting(20, "training", "most epochs (early stopping may end sooner)")
+    batch_tokens: int | Auto = setting(
+        AUTO, "training", "tokens per training batch: pairs of similar length packed up to this many padded tokens "
+        "(pairs x padded length)")
+    batch_size: int | Auto = setting(
+        AUTO, "training", "sentence pairs per training step, instead of packing batches by batch_tokens")
+    learning_rate: float | Auto = setting(AUTO, "training", "peak learning rate after warmup")
+    warmup_steps: int | Auto = setting(AUTO, "training", "steps of linear warmup")
+    label_smoothing: float = setting(0.1, "training", "label smoothing (0 = off)")
+    weight_decay: float = setting(0.0, "training", "AdamW weight decay (0 = Adam)")
+    patience: int = setting(3, "training", "epochs without a better validation score (early_stopping) before stopping")
+    early_stopping: Literal["accuracy", "loss"] | Auto = setting(
+        AUTO, "training", "what early stopping and the kept weights watch on the validation pairs: token accuracy or "
+        "loss")
+    curriculum: bool = setting(
+        False, "training", "short pairs first, as the Tamil lesson's levels: epoch k < curriculum_levels - 1 trains "
+        "only on pairs up to the ((k+1)/levels) length quantile, later epochs on everything")
+    curriculum_levels: int = setting(3, "training", "length levels of the curriculum")
+    beam: int = setting(1, "training", "beam width for the test scores in metrics.json (1 = greedy)")
+    max_minutes: float | None = setting(None, "training", "stop training after this many minutes, keeping the best "
+                                        "weights (with resume: minutes of training in all)")
+    precision: Literal["float32", "mixed_bfloat16"] = setting(
+        "float32", "training", "mixed_bfloat16: compute in bfloat16 (weights and outputs stay float32); see bench/precision.py")
+    seed: int = setting(0, "training", "random seed for splits, shuffling and weights")
+
+    def __post_init__(self):
+        if self.max_length == 0:  # kformer 0.1 recipes wrote 0 for "automatic"
+            object.__setattr__(self, "max_length", AUTO)
+        for name in ("holdout", "valid_size", "heads", "epochs", "curriculum_levels", "beam"):
+            at_least(name, getattr(self, name), 1)
+        for name in ("vocab_size", "target_vocab_size", "dim", "ff_dim", "encoder_layers", "decoder_layers",
+                     "batch_size", "batch_tokens"):
+            if getattr(self, name) != AUTO:
+                at_least(name, getattr(self, name), 1, ' (or "auto")')
+        at_least("patience", self.patience, 0)
+        if self.max_length != AUTO:
+            at_least("max_length", self.max_length, 2, ' (or "auto")')
+        if self.warmup_steps != AUTO:
+            at_least("warmup_steps", self.warmup_steps, 0, ' (or "auto")')
+        self.check_shared_table()
+        if self.dim != AUTO and self.dim % self.heads:
+            raise BadInput(f"dim {self.dim} must be a multiple of {{field}} ({self.heads})", field="heads")
+        for name in ("dropout", "label_smoothing"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise BadInput(f"{{field}} must be at least 0 and below 1, not {getattr(self, name)}", field=name)
+        for name in ("learning_rate", "max_minutes"):
+            value = getattr(self, name)
+            if value is not None and value != AUTO and value <= 0:
+                raise BadInput(f"{{field}} must be positive, not {value}", field=name)
+
+    def check_shared_table(self) -> None:
+        """One token table needs one vocabulary (``shared_vocab`` False: set, or chosen by auto)."""
+        if self.share_embeddings and self.shared_vocab is False:
+            raise BadInput("{field} needs one vocabulary for both sides: set shared_vocab too", field="share_embeddings")
+
+
+def at_least(name: str, value, least: int, alternative: str = "") -> None:
+    """BadInput naming ``name`` when ``value`` is below ``least``."""
+    if value < least:
+        raise BadInput(f"{{field}} must be at least {least}{alternative}, not {value}", field=name)

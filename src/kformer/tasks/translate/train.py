@@ -1,0 +1,288 @@
+"""Training a translator: the pairs split, the vocabularies learned from the training side, the
+``"auto"`` settings chosen (:mod:`.auto`), an encoder-decoder trained on length-bucketed
+batches, the test pairs scored.
+
+:class:`TranslateRun` fills in the task skeleton (:mod:`kformer.tasks.skeleton`); :func:`train`
+is the public entry point.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kformer.auto import AUTO, AutoChoices
+from kformer.config import to_dict
+from kformer.errors import BadInput, CorruptModel
+from kformer.tasks import skeleton
+from kformer.tasks.state import STATE_FILE, ResumeState
+from kformer.tasks.translate.auto import RULES, decode_length_rule, describe
+from kformer.tasks.translate.batches import (
+    EncodedPairs,
+    batch_plan,
+    dataset,
+    fitting,
+    target_tokens,
+)
+from kformer.tasks.translate.model import (
+    TEST_TRANSLATIONS_FILE,
+    Translator,
+    load_vocabs,
+    save,
+    save_vocabs,
+    translation_rows,
+)
+from kformer.tasks.translate.pairs import PairData, read_pair_data, split_pairs
+from kformer.tasks.translate.settings import TASK, TranslateConfig
+from kformer.tasks.translate.stats import CorpusStats, EncodedStats
+
+if TYPE_CHECKING:
+    from kformer.data.pairs import Pair
+    from kformer.parallel import Cluster, DistributeConfig
+    from kformer.tasks.base import TrainResult
+    from kformer.training import Progress
+
+
+@dataclass
+class _Prepared(skeleton.Prepared):
+    """Everything a run needs before it writes anything: vocabularies, encoded pairs, the test pairs."""
+
+    source_vocab: Any = None
+    target_vocab: Any = None  # the same object when shared
+    train: EncodedPairs = field(default_factory=lambda: ([], []))  # the training pairs that fit max_length
+    valid: EncodedPairs = field(default_factory=lambda: ([], []))
+    test: list[Pair] = field(default_factory=list)
+    splits: dict[str, int] = field(default_factory=dict)  # pairs in train, valid and test
+    skipped: int = 0  # training pairs longer than max_length
+    vocab_seconds: float = 0.0
+    decode_length: dict = field(default_factory=dict)  # the per-sentence output cap (auto.decode_length_rule)
+
+
+@dataclass
+class _Fitted:
+    model: Any
+    result: Any  # kformer.training.FitResult
+    steps: int  # optimizer steps of every run so far
+    batches_per_epoch: int
+    test_translations: list[str] = field(default_factory=list)  # filled by evaluate, written with the folder
+
+
+class TranslateRun(skeleton.TrainingRun):
+    """Sentence pairs in, a translator folder out."""
+
+    task = TASK
+    config_class = TranslateConfig
+
+    def __init__(self):
+        self.started = time.monotonic()  # train_seconds: the whole run, from reading to scoring
+
+    def read(self, config, data, valid, test):
+        return (read_pair_data(data, "data"), None if valid is None else read_pair_data(valid, "valid"),
+                None if test is None else read_pair_data(test, "test"))
+
+    def prepare(self, config, data, saved):
+        return prepare(config, *data, saved)
+
+    def check_job(self, prepared: _Prepared, cluster: Cluster) -> None:
+        """Also: every process learned the same vocabularies (else the same ids would mean different pieces)."""
+        super().check_job(prepared, cluster)
+        pieces = [piece for vocab in (prepared.source_vocab, prepared.target_vocab)
+                  for piece in vocab.pieces(range(vocab.vocab_size))]
+        cluster.check_same("the vocabulary", "\n".join(pieces).encode("utf-8"))
+
+    def state(self, prepared: _Prepared, state_dir: Path) -> dict[str, Any]:
+        """The vocabularies, so a resumed run encodes the pairs as the first did."""
+        return {"vocab": save_vocabs(state_dir, prepared.source_vocab, prepared.target_vocab)}
+
+    def fit(self, prepared, state_dir: Path, resume: bool, progress, cluster):
+        return _fit(prepared, state_dir, resume, progress, cluster)
+
+    def evaluate(self, prepared: _Prepared, fitted: _Fitted) -> dict[str, Any]:
+        translator = Translator(fitted.model, prepared.source_vocab, prepared.target_vocab, Path("."),
+                                {"decode_length": prepared.decode_length})
+        scores, fitted.test_translations = translator.score(prepared.test, beam=prepared.config.beam)
+        return _metrics(prepared, fitted, scores, time.monotonic() - self.started)
+
+    def write(self, out: Path, prepared: _Prepared, fitted: _Fitted, metrics: dict[str, Any]) -> None:
+        translator = Translator(fitted.model, prepared.source_vocab, prepared.target_vocab, out,
+                                {"decode_length": prepared.decode_length})
+        save(translator, out, to_dict(prepared.config), metrics,
+             extra_files={TEST_TRANSLATIONS_FILE: translation_rows(prepared.test, fitted.test_translations)})
+
+
+def train(
+    config: TranslateConfig | dict | None = None,
+    data: PairData | None = None,
+    out: str | os.PathLike = "runs/translate",
+    *,
+    valid: PairData | None = None,
+    test: PairData | None = None,
+    resume: bool = False,
+    progress: Progress | None = None,
+    command: Sequence[str] | None = None,
+    distribute: DistributeConfig | None = None,
+) -> TrainResult:
+    """Learn vocabularies, train, score the test pairs and write the model folder ``out``.
+
+    Args:
+        config: a :class:`TranslateConfig`, a dict of its settings, or None for the defaults.
+        data: training pairs: a path (``source<TAB>target`` lines, ``.gz`` fine) or a list of
+            ``(source, target)`` tuples or :class:`~kformer.data.pairs.Pair` objects.
+        out: the model folder to write.
+        valid: validation pairs for early stopping (default: ``valid_size`` held out of ``data``).
+        test: pairs scored after training (default: ``holdout`` held out of ``data``). With both
+            ``valid`` and ``test`` given, any number of training pairs will do.
+        resume: continue from the last checkpoint in ``out/training``. The vocabularies and the
+            settings that shape the model come from the first run; only ``epochs``, ``patience``
+            and ``max_minutes`` may change. Pass the same data.
+        progress: called with :class:`~kformer.training.ProgressEvent` while training.
+        command: recorded in ``metrics.json`` (the CLI passes its argv).
+        distribute: train data-parallel as one process of that job (:mod:`kformer.parallel`; JAX
+            backend). Every process reads the same pairs and learns the same vocabularies (checked),
+            builds the same global batches and feeds its rows of them; ``batch_size`` is the
+            global batch. Process 0 writes ``out``; the others only their checkpoints beside it
+            (their result's ``folder``).
+
+    Returns:
+        :class:`~kformer.tasks.base.TrainResult`; ``metrics`` has ``test`` (BLEU, chrF, exact
+        match), ``splits``, ``lengths``, ``train_seconds``, ``auto`` and the ``recipe``. Bad input
+        fails before anything is written; a failed fresh run leaves no folder behind.
+    """
+    return skeleton.train(TranslateRun(), config, data, out, valid=valid, test=test, resume=resume, progress=progress,
+                          command=None if command is None else list(command), distribute=distribute)
+
+
+def prepare(config: TranslateConfig, train_pairs: list[Pair], valid_pairs: list[Pair] | None,
+            test_pairs: list[Pair] | None, saved: ResumeState | None) -> _Prepared:
+    """The splits, the vocabularies (learned, or the interrupted run's), every ``"auto"`` setting
+    and the pairs encoded: the corpus rules, the vocabularies, the rules over the encoded pairs."""
+    train, valid, test = split_pairs(config, train_pairs, valid_pairs, test_pairs)
+    started = time.monotonic()
+    if saved is None:
+        config, auto = RULES.resolve(config, CorpusStats.of(train), phase="corpus")
+        config.check_shared_table()  # shared_vocab may be auto's choice
+        source_vocab, target_vocab = learn_vocabularies(config, train)
+    else:
+        auto = AutoChoices(saved.auto)
+        source_vocab, target_vocab = _saved_vocabularies(saved)
+    vocab_seconds = time.monotonic() - started
+    sources = source_vocab.encode([p.source for p in train])
+    targets = target_vocab.encode([p.target for p in train])
+    config, auto = RULES.resolve(config, EncodedStats.of(sources, targets), auto, phase="encoded")
+    kept = fitting(sources, targets, config.max_length)
+    valid_ids = fitting(source_vocab.encode([p.source for p in valid]), target_vocab.encode([p.target for p in valid]),
+                        config.max_length)
+    if not kept[0] or not valid_ids[0]:
+        side = "training" if not kept[0] else "validation"
+        raise BadInput(f"no {side} pair fits {{field}} {config.max_length} subwords; raise it", field="max_length")
+    return _Prepared(config, auto, describe(len(kept[0]), target_tokens(kept), auto.to_json()),
+                     source_vocab=source_vocab, target_vocab=target_vocab, train=kept, valid=valid_ids, test=test,
+                     splits={"train": len(train), "valid": len(valid), "test": len(test)},
+                     skipped=len(sources) - len(kept[0]), vocab_seconds=vocab_seconds,
+                     decode_length=decode_length_rule(*kept))
+
+
+def learn_vocabularies(config: TranslateConfig, pairs: list[Pair]):
+    """``(source, target)`` vocabularies of the training ``pairs`` as ``config`` asks (its
+    vocabulary settings chosen): SentencePiece subwords or whole words, shared or one per side."""
+    from kformer.text.subword import learn_vocabularies as learn_subwords
+    from kformer.text.word_vocab import learn_word_vocabularies
+
+    sides = [p.source for p in pairs], [p.target for p in pairs]
+    if config.tokens == "words":
+        return learn_word_vocabularies(*sides, config.shared_vocab)
+    return learn_subwords(*sides, config.vocab_size, config.shared_vocab, config.target_vocab_size)
+
+
+def _saved_vocabularies(saved: ResumeState):
+    """The interrupted run's vocabularies, from the files its state names."""
+    files = saved.extra.get("vocab")
+    if not isinstance(files, dict) or saved.folder is None:
+        raise CorruptModel(f"{saved.folder}/{STATE_FILE} names no vocabularies; train afresh into a new folder",
+                           field="resume")
+    return load_vocabs(saved.folder, files)
+
+
+def _build_model(config: TranslateConfig, source_vocab, target_vocab):
+    from kformer.models.seq2seq import Seq2SeqTransformer
+
+    # the decoder reads [START] + target and writes target + [END]: one more position
+    return Seq2SeqTransformer(
+        source_vocab.vocab_size, target_vocab.vocab_size, config.max_length, config.max_length + 1,
+        dim=config.dim, heads=config.heads, ff_dim=config.ff_dim, encoder_layers=config.encoder_layers,
+        decoder_layers=config.decoder_layers, dropout=config.dropout, positions=config.positions,
+        tie_embeddings=config.tie_embeddings, norm_first=config.norm_first, share_embeddings=config.share_embeddings,
+    )
+
+
+def _fit(prepared: _Prepared, state_dir: Path, resume: bool, progress: Progress | None,
+         cluster: Cluster | None = None) -> _Fitted:
+    """Build, compile and train. With a ``cluster`` (inside its scope) each process feeds its
+    rows of the global batches."""
+    from kformer import parallel, training
+    from kformer.data.pair_batches import pair_lengths
+    from kformer.data.pairs import curriculum_levels
+    from kformer.models.seq2seq import compile_seq2seq
+    from kformer.precision import precision_scope
+
+    config = prepared.config
+    training.set_seed(config.seed)
+    with precision_scope(config.precision):
+        model = _build_model(config, prepared.source_vocab, prepared.target_vocab)
+    lengths = pair_lengths(*prepared.train)
+    levels = tuple(curriculum_levels(lengths, config.curriculum_levels)) if config.curriculum else None
+    plan = batch_plan(config, lengths, shuffle=True, levels=levels)
+    total_steps = config.epochs * plan.steps
+    warmup = min(config.warmup_steps, total_steps // 4 or 1)
+    # constant rate in the optimizer; the callback warms up, then decays over the steps or the
+    # time budget, whichever ends first, so a run cut by max_minutes still ends at a low rate
+    # "auto": XLA on JAX (whose non-jit steps run op by op, far slower), none on TensorFlow's CPU
+    compile_seq2seq(model, config.learning_rate, warmup, None, label_smoothing=config.label_smoothing,
+                    weight_decay=config.weight_decay, jit_compile="auto")
+    budget = None if config.max_minutes is None else config.max_minutes * 60.0
+    schedule = training.budget_schedule(config.learning_rate, warmup, total_steps, budget)
+    done = training.last_checkpoint(state_dir) if resume else None
+    first_epoch = 0 if done is None else done[1]
+    schedule.steps = first_epoch * plan.steps
+    limits = (config.max_length, config.max_length + 1)
+    valid_plan = batch_plan(config, pair_lengths(*prepared.valid), shuffle=False,
+                            batch_size=None if config.batch_size == AUTO else max(config.batch_size, 64))
+    result = parallel.fit(
+        cluster, model,
+        dataset(prepared.train, plan, limits=limits, first_epoch=first_epoch),
+        dataset(prepared.valid, valid_plan, limits=limits),
+        training.FitPlan(epochs=config.epochs, out_dir=state_dir, patience=config.patience,
+                         max_minutes=config.max_minutes, monitor=f"val_{config.early_stopping}", resume=resume),
+        callbacks=[schedule], progress=progress,
+    )
+    return _Fitted(model, result, schedule.steps, plan.steps)
+
+
+def _metrics(prepared: _Prepared, fitted: _Fitted, scores: dict, seconds: float) -> dict[str, Any]:
+    """What ``metrics.json`` records about a run (the skeleton adds ``recipe``, ``auto``, ``command``)."""
+    history, result, config = fitted.result.history, fitted.result, prepared.config
+    metrics = {
+        "test": scores,
+        "valid_loss": min(history.get("val_loss", [float("nan")])),
+        "valid_token_accuracy": max(history.get("val_accuracy", [float("nan")])),
+        "train_seconds": round(seconds, 2),
+        "vocab_seconds": round(prepared.vocab_seconds, 2),
+        "epochs_run": result.epochs_run,
+        "steps": fitted.steps,
+        "batches_per_epoch": fitted.batches_per_epoch,
+        "train_target_tokens": target_tokens(prepared.train),  # per epoch, [END] included
+        "best_epoch": None if result.best_epoch is None else result.best_epoch + 1,
+        "stopped_by_time_budget": result.stopped_by_budget,
+        "splits": {**prepared.splits, "train_used": len(prepared.train[0]), "skipped_too_long": prepared.skipped},
+        "lengths": {"max_source": config.max_length, "max_target": config.max_length, "decode": prepared.decode_length},
+        "vocab": {"shared": prepared.source_vocab is prepared.target_vocab,
+                  "source_size": prepared.source_vocab.vocab_size, "target_size": prepared.target_vocab.vocab_size},
+        "parameters": int(fitted.model.count_params()),
+    }
+    if result.initial_epoch:
+        metrics["resumed_from_epoch"] = result.initial_epoch
+    return metrics

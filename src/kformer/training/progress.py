@@ -1,0 +1,133 @@
+"""Progress reports: what a training run tells its caller (:class:`ProgressEvent`), the Keras
+callback that sends them, the one-line-per-epoch ``train.log`` and the ``history.csv`` reader.
+Nothing here prints: the CLI draws a bar, a server reports a percentage."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import keras
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """One report from a training run, for a caller's ``progress`` function.
+
+    ``stage`` is ``"settings"`` (before training: ``message`` says what the task chose, e.g. its
+    ``auto`` settings), ``"compiling"`` (the first batch, which traces/compiles the step),
+    ``"training"`` (a batch ended), ``"epoch"`` (an epoch ended; ``logs`` has its training and
+    validation metrics) or ``"done"``. ``fraction`` is the share of the run done: of the steps, or
+    of the time budget when that ends first.
+    """
+
+    stage: str
+    fraction: float
+    step: int = 0
+    total_steps: int | None = None
+    epoch: int = 0
+    epochs: int | None = None
+    seconds: float = 0.0
+    seconds_left: float | None = None
+    logs: dict[str, float] = field(default_factory=dict)
+    message: str = ""
+
+    def line(self) -> str:
+        """One readable line: ``epoch 3/10  loss 0.4123  accuracy 0.8812  val_loss ...  12 s  ~40 s left``
+        (a ``"settings"`` event: its ``message``)."""
+        if self.stage == "settings":
+            return self.message
+        parts = [f"epoch {self.epoch}" + (f"/{self.epochs}" if self.epochs and self.epochs < 10**6 else "")]
+        parts += [f"{name} {value:.4f}" for name, value in self.logs.items() if name != "learning_rate"]
+        parts.append(f"{self.seconds:.0f} s")
+        if self.seconds_left is not None and self.stage != "done":
+            parts.append(f"~{self.seconds_left:.0f} s left")
+        return "  ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        """The event as a JSON-ready dict (``--log-format json``)."""
+        return {"stage": self.stage, "epoch": self.epoch, "epochs": self.epochs, "step": self.step,
+                "fraction": round(self.fraction, 4), "seconds": round(self.seconds, 2),
+                "seconds_left": None if self.seconds_left is None else round(self.seconds_left, 1),
+                **{k: round(v, 6) for k, v in self.logs.items()}, **({"message": self.message} if self.message else {})}
+
+Progress = Callable[[ProgressEvent], None]
+TRAIN_LOG = "train.log"
+
+def read_history(path: str | os.PathLike) -> dict[str, list[float]]:
+    """``{metric: [value per epoch]}`` from the ``history.csv`` that :func:`fit` writes ({} if none)."""
+    import csv
+
+    history: dict[str, list[float]] = {}
+    if not Path(path).is_file():
+        return history
+    with open(path, encoding="utf-8", newline="") as handle:
+        for row in csv.DictReader(handle):
+            for key, value in row.items():
+                if key != "epoch" and value not in (None, "", "NA"):  # CSVLogger writes NA for a missing metric
+                    history.setdefault(key, []).append(float(value))
+    return history
+
+def log_to_file(path: Path) -> Progress:
+    """A progress function appending one line per epoch (and the start and end) to ``path``."""
+
+    def write(event: ProgressEvent) -> None:
+        if event.stage in ("epoch", "done", "compiling"):
+            text = {"compiling": "training started", "done": f"training ended after {event.seconds:.0f} s"}
+            with open(path, "a", encoding="utf-8") as handle:
+                handle.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')}  {text.get(event.stage) or event.line()}\n")
+
+    return write
+
+class ProgressReporter(keras.callbacks.Callback):
+    """Calls ``progress(ProgressEvent)`` at the first batch, every ``every_seconds`` of batches,
+    and at every epoch end. ``total_steps`` counts all batches of the run (``initial_epoch``
+    included); ``budget_seconds`` is the time budget, if any."""
+
+    def __init__(self, progress: Progress, total_steps: int | None, epochs: int | None,
+                 budget_seconds: float | None = None, every_seconds: float = 0.5, initial_step: int = 0):
+        super().__init__()
+        self.progress, self.total_steps, self.epochs = progress, total_steps, epochs
+        self.budget_seconds, self.every_seconds = budget_seconds, every_seconds
+        self.step, self.epoch = int(initial_step), 0
+
+    def _event(self, stage: str, logs=None) -> ProgressEvent:
+        seconds = time.monotonic() - self.start
+        fractions = [self.step / self.total_steps] if self.total_steps else []
+        if self.budget_seconds:
+            fractions.append(seconds / self.budget_seconds)
+        fraction = min(max(fractions, default=0.0), 1.0)
+        left = None
+        if self.budget_seconds:
+            left = max(self.budget_seconds - seconds, 0.0)
+        if fraction > 0 and stage != "compiling":
+            by_rate = seconds * (1 - fraction) / fraction
+            left = by_rate if left is None else min(left, by_rate)
+        scalars = {k: float(v) for k, v in (logs or {}).items() if np.ndim(v) == 0}
+        return ProgressEvent(stage, fraction, self.step, self.total_steps, self.epoch, self.epochs,
+                             seconds, left, scalars)
+
+    def on_train_begin(self, logs=None):
+        self.start = self.last = time.monotonic()
+        self.progress(self._event("compiling"))
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch + 1
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.step += 1
+        now = time.monotonic()
+        if now - self.last >= self.every_seconds:
+            self.last = now
+            self.progress(self._event("training", logs))
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.progress(self._event("epoch", logs))
+
+    def on_train_end(self, logs=None):
+        self.progress(self._event("done", logs))
