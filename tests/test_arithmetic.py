@@ -47,21 +47,65 @@ def test_training_never_samples_held_out_problems():
     assert not fmt.is_held_out(a, ops, b).any()
     assert not set(zip(a.tolist(), ops.tolist(), b.tolist(), strict=True)) & set(held)
     # Some 1/8 of all problems are held out, and the split does not depend on the seed.
-    assert 0.08 < fmt.is_held_out(*fmt._draw(np.random.default_rng(1), 20000)).mean() < 0.17
+    rng = np.random.default_rng(1)
+    anything = rng.integers(0, 100, 20000), np.array(["+", "-"])[rng.integers(0, 2, 20000)], rng.integers(0, 100, 20000)
+    assert 0.08 < fmt.is_held_out(*anything).mean() < 0.17
     everything = fmt.held_out_problems(10**6)
     assert 0.08 < len(everything) / 20000 < 0.17 and set(held) <= set(everything)
 
 
-def test_train_digits_limits_training_operands_but_not_held_out_ones():
+def test_train_digits_limits_training_operands_and_the_headline_held_out_ones():
     fmt = ArithmeticFormat(digits=4, source_style="columns", train_digits=2)
     a, ops, b = fmt.sample_training(np.random.default_rng(0), 5000)
     assert a.max() < 100 and b.max() < 100 and a.max() >= 90  # all of 0..99, written at width 4
     assert fmt.source_tokens(int(a[0]), "+", int(b[0]))[-2:] == ["0|0", "0|0"]
     assert not fmt.is_held_out(a, ops, b).any()
     held = fmt.held_out_problems(500)
-    assert max(max(x, y) for x, _, y in held) >= 1000
+    assert max(max(x, y) for x, _, y in held) < 100  # longer ones are scored by length_problems
+    assert {len(str(x)) for p in fmt.length_problems(4, 50) for x in (p[0], p[2])} == {4}
     with pytest.raises(KformerError, match="train_digits"):
         ArithmeticFormat(digits=4, train_digits=5)
+
+
+def test_the_held_out_slice_of_short_numbers_did_not_move_when_long_numbers_came():
+    # held out by the hash as it was before numbers could be longer than 18 digits
+    before = [(5116, "+", 343), (7264, "-", 8038), (948649447137, "+", 296135156928),
+              (212659523709, "-", 503675585450)]
+    fmt = ArithmeticFormat(digits=30)
+    assert fmt.is_held_out(*(list(c) for c in zip(*before, strict=True))).all()
+    assert not fmt.is_held_out([5116, 5116 + 10**20], ["-", "+"], [343, 343]).any()
+
+
+def test_mixed_lengths_write_each_problem_at_its_width_and_train_on_every_length():
+    from kformer.data import digit_columns
+
+    fmt = ArithmeticFormat(digits=30, source_style="op_columns", train_digits=6, mixed_lengths=True)
+    assert fmt.source_tokens(12, "-", 345) == ["2-5", "1-4", "0-3", "[END]"]
+    assert fmt.answer_text(12 - 345, fmt.width(12, 345)) == "7669-"  # 10**4 - 333, ones first
+    source, target_in, target_out = fmt.training_batch(np.random.default_rng(0), 4000)
+    assert source.shape == (4000, 7) and target_in.shape == target_out.shape == (4000, 9)  # 6 columns at most
+    a, ops, b = fmt._training_digits(np.random.default_rng(0), 4000)
+    assert set(digit_columns.lengths_of(a)) == set(range(1, 7)) == set(digit_columns.lengths_of(b))
+    a, b = digit_columns.to_ints(a), digit_columns.to_ints(b)
+    assert not fmt.is_held_out(a, ops, b).any()
+    slow_source, slow_in, slow_out = fmt.encode(a, ops, b)  # one problem at a time, as solve() writes them
+    np.testing.assert_array_equal(slow_source[:, :7], source)
+    np.testing.assert_array_equal(slow_out[:, :9], target_out)
+    np.testing.assert_array_equal(slow_in[:, :9], target_in)
+    assert [fmt.decode_answer(row) for row in target_out[:200]] == [solve(*p) for p in zip(a, ops, b)][:200]
+
+
+def test_length_problems_are_held_out_with_exactly_that_many_digits():
+    fmt = ArithmeticFormat(digits=30, source_style="op_columns", train_digits=10, mixed_lengths=True)
+    problems = fmt.length_problems(25, 300)
+    assert len(set(problems)) == 300 and {len(str(x)) for p in problems for x in (p[0], p[2])} == {25}
+    assert fmt.is_held_out(*(list(c) for c in zip(*problems, strict=True))).all()
+    assert {op for _, op, _ in problems} == {"+", "-"} and min(solve(*p) for p in problems) < 0
+    source, _, target_out = fmt.encode(*(list(c) for c in zip(*problems[:20], strict=True)))
+    assert [fmt.decode_answer(row) for row in target_out] == [solve(*p) for p in problems[:20]]
+    assert max(max(a, b) for a, _, b in fmt.held_out_problems(500)) < 10**10  # the headline: training lengths
+    with pytest.raises(KformerError, match="between 1 and 30"):
+        fmt.length_problems(31, 5)
 
 
 def test_encode_teacher_forcing_arrays():
