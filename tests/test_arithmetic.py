@@ -92,7 +92,7 @@ def test_mixed_lengths_write_each_problem_at_its_width_and_train_on_every_length
     np.testing.assert_array_equal(slow_source[:, :7], source)
     np.testing.assert_array_equal(slow_out[:, :9], target_out)
     np.testing.assert_array_equal(slow_in[:, :9], target_in)
-    assert [fmt.decode_answer(row) for row in target_out[:200]] == [solve(*p) for p in zip(a, ops, b)][:200]
+    assert [fmt.decode_answer(row) for row in target_out[:200]] == [solve(*p) for p in zip(a, ops, b, strict=True)][:200]
 
 
 def test_length_problems_are_held_out_with_exactly_that_many_digits():
@@ -139,9 +139,15 @@ def test_problem_parsing():
 TINY_RECIPE = """
 task = "arithmetic"
 [data]
-digits = 2
+digits = 3
+train_digits = 2
+mixed_lengths = true
+source_style = "op_columns"
 held_out_size = 40
+held_out_per_length = 30
 [model]
+positions = "abacus"
+attention_window = 2
 dim = 16
 heads = 2
 ff_dim = 32
@@ -167,9 +173,11 @@ def test_cli_train_evaluate_attention_and_errors(tmp_path, capsys, monkeypatch):
     out = tmp_path / "model"
     assert main(["train", "arithmetic", "--recipe", str(recipe), "--out", str(out), "--quiet"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["held_out_size"] == 40 and metrics["steps"] == 20 and metrics["recipe"]["digits"] == 2
+    assert metrics["held_out_size"] == 40 and metrics["steps"] == 20 and metrics["recipe"]["digits"] == 3
     manifest = json.loads((out / "kformer.json").read_text())
     assert manifest["task"] == "arithmetic" and manifest["format_version"] == 1 and (out / "model.keras").is_file()
+    assert manifest["max_digits"] == 3 and (out / "lengths.png").is_file()  # trained on 2 digits, accepts 3
+    assert list(metrics["by_length"]) == ["1", "2", "3"] and metrics["by_length"]["3"]["n"] == 30
     printed = capsys.readouterr().out
     assert f"exact match {100 * metrics['exact_match']:.2f}%" in printed
 
@@ -187,6 +195,13 @@ def test_cli_train_evaluate_attention_and_errors(tmp_path, capsys, monkeypatch):
     expected_right = sum(a == solve(*p) for a, p in zip(answers[:12], problems, strict=True))
     assert report["n"] == 12 and report["exact_match"] == pytest.approx(expected_right / 12)
     assert len(report["wrong_examples"]) == min(10, 12 - expected_right)
+    # Generated held-out problems of one length, longer than any it trained on: as metrics.json's by_length.
+    assert main(["evaluate", str(out), "--digits", "3", "--limit", "30", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    longer = model.format.length_problems(3, 30)
+    right = [a == solve(*p) for a, p in zip(model.solve(longer), longer, strict=True)]
+    assert report["n"] == 30 and report["exact_match"] == pytest.approx(np.mean(right))
+    assert report["exact_match"] == pytest.approx(metrics["by_length"]["3"]["exact_match"])
 
     pictures = tmp_path / "pics"
     assert main(["attention", str(out), "12+34", "--out", str(pictures)]) == 0
@@ -201,7 +216,7 @@ def test_cli_train_evaluate_attention_and_errors(tmp_path, capsys, monkeypatch):
     assert fresh.returncode == 0, fresh.stderr[-500:]
     assert (tmp_path / "fresh" / "cross_grid.png").is_file()
 
-    assert main(["attention", str(out), "123+4"]) == 2  # wider than the model's 2 digits
+    assert main(["attention", str(out), "1234+4"]) == 2  # wider than the model's 3 digits
     assert "outside what this model learned" in capsys.readouterr().err
     data.write_text("1+1=2\nnot a problem\n")
     assert main(["evaluate", str(out), "--data", str(data)]) == 2

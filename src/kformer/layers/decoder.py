@@ -119,7 +119,12 @@ class DecoderBlock(ResidualBlock):
                                           return_attention_scores=return_attention_scores, training=training)
             if cross_attention_cache is not None:  # the cache comes back unchanged
                 result = result[:-1] if return_attention_scores else result[0]
-            return result if return_attention_scores else (result, None)
+            output, scores = result if return_attention_scores else (result, None)
+            if self.attention_window:  # a position with no source in its window reads nothing, not
+                # a uniform average over every key (which would depend on how far the source is padded)
+                sees_some = ops.any(cross_mask, axis=-1, keepdims=True)
+                output = output * ops.cast(sees_some, output.dtype)
+            return output, scores
 
         x, self_scores = self._residual(x, attend_self, self.self_attention_norm, training)
         x, cross_scores = self._residual(x, attend_encoder, self.cross_attention_norm, training)
