@@ -224,3 +224,16 @@ def test_cli_train_evaluate_attention_and_errors(tmp_path, capsys, monkeypatch):
     assert main(["train", "arithmetic", "--out", str(tmp_path / "x"), "--ops", "*"]) == 2
     assert "--ops" in capsys.readouterr().err  # the library's field, shown as the command's flag
     assert not (tmp_path / "x").exists()
+
+
+def test_shipped_recipes_train_short_and_accept_longer():
+    from kformer.config import make_config
+    from kformer.tasks.arithmetic import ArithmeticConfig
+
+    demo = make_config(ArithmeticConfig, "arithmetic", "arithmetic")
+    long = make_config(ArithmeticConfig, "arithmetic", "arithmetic-long")
+    assert (demo.train_digits, demo.digits, long.train_digits, long.digits) == (4, 8, 10, 40)
+    for config in (demo, long):
+        fmt = config.answer_format()
+        assert fmt.mixed_lengths and fmt.source_style == "op_columns"
+        assert (config.positions, config.attention_window, config.encoder_layers) == ("abacus", 2, 0)

@@ -78,8 +78,10 @@ def _demo(args: argparse.Namespace) -> int:
     config = make_config(arithmetic.ArithmeticConfig, "arithmetic", DEFAULT_RECIPE,
                          {"max_minutes": args.minutes, "seed": args.seed, "epochs": 10**6})
     out = Path(args.out)
-    print(f"kformer demo: teaching a Transformer {config.digits}-digit addition and subtraction "
-          f"for {args.minutes:g} minute{'' if args.minutes == 1 else 's'} on this machine ...")
+    trained = config.answer_format().most_trained
+    longer = f", then asking it up to {config.digits}" if config.digits > trained else ""
+    print(f"kformer demo: teaching a Transformer addition and subtraction of numbers of up to {trained} digits "
+          f"for {args.minutes:g} minute{'' if args.minutes == 1 else 's'} on this machine{longer} ...")
     result = arithmetic.train(config, None, out, progress=progress_for(args), command=["kformer", *sys.argv[1:]])
     _print_metrics(result.metrics)
     model = arithmetic.load(out)

@@ -38,9 +38,10 @@ class Seq2SeqTransformer(keras.Model):
         positions: ``"learned"`` or ``"sinusoidal"`` position embeddings, or learned tables
             indexed by ids that extrapolate to longer sequences (one set of ids per row for the
             source and the target alike): ``"abacus"`` (:class:`~kformer.layers.AbacusPositions`,
-            a table of ``max(max_source_length, max_target_length)`` rows, random offsets while
-            training) or ``"randomized"`` (:class:`~kformer.layers.RandomizedPositions`, twice
-            as many rows, sorted random ids while training).
+            random offsets while training) or ``"randomized"``
+            (:class:`~kformer.layers.RandomizedPositions`, sorted random ids while training), each
+            over a table of twice the longest sequence's rows, so that while training every row
+            the model meets at inference also comes at every place of a short sequence.
         attention_window: when above 0, every attention is local: a position sees the positions
             at most this far from its own (the decoder: earlier ones; cross-attention: around the
             same index of the source), as for problems whose answer position ``i`` depends only
@@ -114,7 +115,7 @@ class Seq2SeqTransformer(keras.Model):
     def _position_layer(self, positions):
         longest = max(self.max_source_length, self.max_target_length)
         if positions == "abacus":
-            return AbacusPositions(longest, name="position_ids")
+            return AbacusPositions(2 * longest, name="position_ids")
         if positions == "randomized":
             return RandomizedPositions(2 * longest, longest, name="position_ids")
         if positions not in ("learned", "sinusoidal"):
