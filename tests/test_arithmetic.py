@@ -106,6 +106,12 @@ def test_length_problems_are_held_out_with_exactly_that_many_digits():
     assert max(max(a, b) for a, _, b in fmt.held_out_problems(500)) < 10**10  # the headline: training lengths
     with pytest.raises(KformerError, match="between 1 and 30"):
         fmt.length_problems(31, 5)
+    # 19-digit numbers either side of 2**63 (which NumPy would turn into floats together)
+    a, ops, b = [10**18 + 7, 2**63 + 1], ["+", "-"], [3, 10**18 + 9]
+    _, _, target_out = fmt.encode(a, ops, b)
+    assert [fmt.decode_answer(row) for row in target_out] == [10**18 + 10, 2**63 + 1 - 10**18 - 9]
+    one_by_one = [fmt.is_held_out([x], [op], [y])[0] for x, op, y in zip(a, ops, b, strict=True)]
+    assert fmt.is_held_out(a, ops, b).tolist() == one_by_one
 
 
 def test_encode_teacher_forcing_arrays():

@@ -177,7 +177,8 @@ class ArithmeticFormat:
         source = np.zeros((n, self.source_length), dtype="int32")
         target_in = np.zeros((n, self.target_length), dtype="int32")
         target_out = np.zeros((n, self.target_length), dtype="int32")
-        for row, (x, op, y) in enumerate(zip(np.asarray(a).tolist(), ops, np.asarray(b).tolist(), strict=True)):
+        # int() one by one: np.asarray of Python ints mixing values below and above 2**63 gives floats
+        for row, (x, op, y) in enumerate(zip([int(v) for v in a], ops, [int(v) for v in b], strict=True)):
             src = vocab.encode_tokens(self.source_tokens(x, op, y))
             source[row, : len(src)] = src
             answer = vocab.encode(self.answer_text(solve(x, op, y), self.width(x, y)))

@@ -64,10 +64,10 @@ def chunks(digits: np.ndarray) -> list[np.ndarray]:
 
 
 def int_chunks(values) -> list[np.ndarray]:
-    """:func:`chunks` of ints: NumPy integers or Python ints of any size."""
-    array = np.asarray(values)
-    if array.dtype.kind in "iu":
-        return [array.astype(np.uint64)]
+    """:func:`chunks` of ints: a NumPy integer array, or Python ints of any size (never through
+    ``np.asarray``, which turns a list mixing ints below and above ``2**63`` into floats)."""
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
+        return [values.astype(np.uint64)]
     values = [int(v) for v in values]
     count = max((len(str(v)) for v in values), default=1)
     return chunks(from_ints(values, max(count, 1)))
