@@ -104,9 +104,9 @@ def main() -> None:
         f"of CPU training per model (<= 4 digits: {args.short_minutes:g})",
         rows,
         notes="Columns 1-40: exact match on held-out problems whose two operands both have that many digits "
-        "(trained_lengths: on held-out problems of the lengths trained on) "
         f"(up to {args.held_out:,} per length; n_per_length: fewest-most, fewer where the held-out slice of short "
-        "numbers is small), addition and subtraction alike, negative answers included. Each row is one recipe "
+        "numbers is small, none of 1 digit), addition and subtraction alike, negative answers included; "
+        "trained_lengths: exact match on held-out problems drawn as training draws them. Each row is one recipe "
         "with one `positions` setting; the recipes (op_columns problems at their own width, every operand length "
         "in every batch, attention_window 2) were chosen on generated held-out problems (validation), this "
         "table's problems drawn afresh. Targets (issue 25): trained on <= 10 digits in <= 10 minutes, >= 99 % at "

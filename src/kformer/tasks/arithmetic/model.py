@@ -217,13 +217,13 @@ class ArithmeticModel(TaskModel):
         from kformer.text.specials import END_ID, START, START_ID
 
         problem = self._problems([text], "text")[0]
-        source = self.format.encode_sources([problem])
+        source_tokens = self.format.source_tokens(*problem)
+        source = self.format.encode_sources([problem])[:, : len(source_tokens)]  # no padding columns to draw
         generated = greedy_decode(self.model, source, self.format.target_length)[0]
         # The decoder reads [START] + answer; an answer that never ended is cut to the positions it has.
         answer_ids = [int(t) for t in generated if t > END_ID][: self.model.max_target_length - 1]
         target_in = np.array([[START_ID, *answer_ids]], dtype="int32")
         maps = {name: stack[0] for name, stack in self.model.attention_maps(source, target_in).items()}
-        source_tokens = self.format.source_tokens(*problem)
         target_tokens = [START] + [self.format.vocabulary.tokens[t] for t in answer_ids]
         answer = self.format.decode_answer(generated)
         return AttentionMaps(
