@@ -54,7 +54,8 @@ HISTORY_HEAD = (
 )
 
 # Metrics that are fractions, shown as percentages in the summary
-PERCENT = {"accuracy", "macro_f1", "exact_match", "char_accuracy", "in_scope_accuracy", "out_of_scope_recall"}
+PERCENT = {"accuracy", "macro_f1", "exact_match", "char_accuracy", "in_scope_accuracy", "out_of_scope_recall",
+           "30"}  # bench.arithmetic_long: exact match at 30 digits per operand
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,8 @@ RULES = (  # in the order of the summary's rows
     Rule("bench.arithmetic", "Arithmetic: ", "exact_match", {"system": "^kformer$"},
          {"system": "^(lesson model|reference recipe)$"}),
     Rule("bench.arithmetic_long", "Arithmetic beyond the lesson", "exact_match", {"system": "digits = 10"}),
+    Rule("bench.arithmetic_long", "Arithmetic that generalises", "30", {"system": "^kformer arithmetic-long, abacus positions$"},
+         {"system": "^kformer arithmetic-long, learned positions$"}, args=("--minutes",)),
     # speed, serving, memory
     Rule("bench.encoder", "Encoder training throughput", "tokens/s (median)",
          {"system": "^kformer"}, {"system": "^lesson"}),

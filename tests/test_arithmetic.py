@@ -47,21 +47,71 @@ def test_training_never_samples_held_out_problems():
     assert not fmt.is_held_out(a, ops, b).any()
     assert not set(zip(a.tolist(), ops.tolist(), b.tolist(), strict=True)) & set(held)
     # Some 1/8 of all problems are held out, and the split does not depend on the seed.
-    assert 0.08 < fmt.is_held_out(*fmt._draw(np.random.default_rng(1), 20000)).mean() < 0.17
+    rng = np.random.default_rng(1)
+    anything = rng.integers(0, 100, 20000), np.array(["+", "-"])[rng.integers(0, 2, 20000)], rng.integers(0, 100, 20000)
+    assert 0.08 < fmt.is_held_out(*anything).mean() < 0.17
     everything = fmt.held_out_problems(10**6)
     assert 0.08 < len(everything) / 20000 < 0.17 and set(held) <= set(everything)
 
 
-def test_train_digits_limits_training_operands_but_not_held_out_ones():
+def test_train_digits_limits_training_operands_and_the_headline_held_out_ones():
     fmt = ArithmeticFormat(digits=4, source_style="columns", train_digits=2)
     a, ops, b = fmt.sample_training(np.random.default_rng(0), 5000)
     assert a.max() < 100 and b.max() < 100 and a.max() >= 90  # all of 0..99, written at width 4
     assert fmt.source_tokens(int(a[0]), "+", int(b[0]))[-2:] == ["0|0", "0|0"]
     assert not fmt.is_held_out(a, ops, b).any()
     held = fmt.held_out_problems(500)
-    assert max(max(x, y) for x, _, y in held) >= 1000
+    assert max(max(x, y) for x, _, y in held) < 100  # longer ones are scored by length_problems
+    assert {len(str(x)) for p in fmt.length_problems(4, 50) for x in (p[0], p[2])} == {4}
     with pytest.raises(KformerError, match="train_digits"):
         ArithmeticFormat(digits=4, train_digits=5)
+
+
+def test_the_held_out_slice_of_short_numbers_did_not_move_when_long_numbers_came():
+    # held out by the hash as it was before numbers could be longer than 18 digits
+    before = [(5116, "+", 343), (7264, "-", 8038), (948649447137, "+", 296135156928),
+              (212659523709, "-", 503675585450)]
+    fmt = ArithmeticFormat(digits=30)
+    assert fmt.is_held_out(*(list(c) for c in zip(*before, strict=True))).all()
+    assert not fmt.is_held_out([5116, 5116 + 10**20], ["-", "+"], [343, 343]).any()
+
+
+def test_mixed_lengths_write_each_problem_at_its_width_and_train_on_every_length():
+    from kformer.data import digit_columns
+
+    fmt = ArithmeticFormat(digits=30, source_style="op_columns", train_digits=6, mixed_lengths=True)
+    assert fmt.source_tokens(12, "-", 345) == ["2-5", "1-4", "0-3", "[END]"]
+    assert fmt.answer_text(12 - 345, fmt.width(12, 345)) == "7669-"  # 10**4 - 333, ones first
+    source, target_in, target_out = fmt.training_batch(np.random.default_rng(0), 4000)
+    assert source.shape == (4000, 7) and target_in.shape == target_out.shape == (4000, 9)  # 6 columns at most
+    a, ops, b = fmt._training_digits(np.random.default_rng(0), 4000)
+    assert set(digit_columns.lengths_of(a)) == set(range(1, 7)) == set(digit_columns.lengths_of(b))
+    a, b = digit_columns.to_ints(a), digit_columns.to_ints(b)
+    assert not fmt.is_held_out(a, ops, b).any()
+    slow_source, slow_in, slow_out = fmt.encode(a, ops, b)  # one problem at a time, as solve() writes them
+    np.testing.assert_array_equal(slow_source[:, :7], source)
+    np.testing.assert_array_equal(slow_out[:, :9], target_out)
+    np.testing.assert_array_equal(slow_in[:, :9], target_in)
+    assert [fmt.decode_answer(row) for row in target_out[:200]] == [solve(*p) for p in zip(a, ops, b, strict=True)][:200]
+
+
+def test_length_problems_are_held_out_with_exactly_that_many_digits():
+    fmt = ArithmeticFormat(digits=30, source_style="op_columns", train_digits=10, mixed_lengths=True)
+    problems = fmt.length_problems(25, 300)
+    assert len(set(problems)) == 300 and {len(str(x)) for p in problems for x in (p[0], p[2])} == {25}
+    assert fmt.is_held_out(*(list(c) for c in zip(*problems, strict=True))).all()
+    assert {op for _, op, _ in problems} == {"+", "-"} and min(solve(*p) for p in problems) < 0
+    source, _, target_out = fmt.encode(*(list(c) for c in zip(*problems[:20], strict=True)))
+    assert [fmt.decode_answer(row) for row in target_out] == [solve(*p) for p in problems[:20]]
+    assert max(max(a, b) for a, _, b in fmt.held_out_problems(500)) < 10**10  # the headline: training lengths
+    with pytest.raises(KformerError, match="between 1 and 30"):
+        fmt.length_problems(31, 5)
+    # 19-digit numbers either side of 2**63 (which NumPy would turn into floats together)
+    a, ops, b = [10**18 + 7, 2**63 + 1], ["+", "-"], [3, 10**18 + 9]
+    _, _, target_out = fmt.encode(a, ops, b)
+    assert [fmt.decode_answer(row) for row in target_out] == [10**18 + 10, 2**63 + 1 - 10**18 - 9]
+    one_by_one = [fmt.is_held_out([x], [op], [y])[0] for x, op, y in zip(a, ops, b, strict=True)]
+    assert fmt.is_held_out(a, ops, b).tolist() == one_by_one
 
 
 def test_encode_teacher_forcing_arrays():
@@ -95,9 +145,15 @@ def test_problem_parsing():
 TINY_RECIPE = """
 task = "arithmetic"
 [data]
-digits = 2
+digits = 3
+train_digits = 2
+mixed_lengths = true
+source_style = "op_columns"
 held_out_size = 40
+held_out_per_length = 30
 [model]
+positions = "abacus"
+attention_window = 2
 dim = 16
 heads = 2
 ff_dim = 32
@@ -123,9 +179,11 @@ def test_cli_train_evaluate_attention_and_errors(tmp_path, capsys, monkeypatch):
     out = tmp_path / "model"
     assert main(["train", "arithmetic", "--recipe", str(recipe), "--out", str(out), "--quiet"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["held_out_size"] == 40 and metrics["steps"] == 20 and metrics["recipe"]["digits"] == 2
+    assert metrics["held_out_size"] == 40 and metrics["steps"] == 20 and metrics["recipe"]["digits"] == 3
     manifest = json.loads((out / "kformer.json").read_text())
     assert manifest["task"] == "arithmetic" and manifest["format_version"] == 1 and (out / "model.keras").is_file()
+    assert manifest["max_digits"] == 3 and (out / "lengths.png").is_file()  # trained on 2 digits, accepts 3
+    assert list(metrics["by_length"]) == ["1", "2", "3"] and metrics["by_length"]["3"]["n"] == 30
     printed = capsys.readouterr().out
     assert f"exact match {100 * metrics['exact_match']:.2f}%" in printed
 
@@ -143,6 +201,13 @@ def test_cli_train_evaluate_attention_and_errors(tmp_path, capsys, monkeypatch):
     expected_right = sum(a == solve(*p) for a, p in zip(answers[:12], problems, strict=True))
     assert report["n"] == 12 and report["exact_match"] == pytest.approx(expected_right / 12)
     assert len(report["wrong_examples"]) == min(10, 12 - expected_right)
+    # Generated held-out problems of one length, longer than any it trained on: as metrics.json's by_length.
+    assert main(["evaluate", str(out), "--digits", "3", "--limit", "30", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    longer = model.format.length_problems(3, 30)
+    right = [a == solve(*p) for a, p in zip(model.solve(longer), longer, strict=True)]
+    assert report["n"] == 30 and report["exact_match"] == pytest.approx(np.mean(right))
+    assert report["exact_match"] == pytest.approx(metrics["by_length"]["3"]["exact_match"])
 
     pictures = tmp_path / "pics"
     assert main(["attention", str(out), "12+34", "--out", str(pictures)]) == 0
@@ -157,7 +222,7 @@ def test_cli_train_evaluate_attention_and_errors(tmp_path, capsys, monkeypatch):
     assert fresh.returncode == 0, fresh.stderr[-500:]
     assert (tmp_path / "fresh" / "cross_grid.png").is_file()
 
-    assert main(["attention", str(out), "123+4"]) == 2  # wider than the model's 2 digits
+    assert main(["attention", str(out), "1234+4"]) == 2  # wider than the model's 3 digits
     assert "outside what this model learned" in capsys.readouterr().err
     data.write_text("1+1=2\nnot a problem\n")
     assert main(["evaluate", str(out), "--data", str(data)]) == 2
@@ -165,3 +230,16 @@ def test_cli_train_evaluate_attention_and_errors(tmp_path, capsys, monkeypatch):
     assert main(["train", "arithmetic", "--out", str(tmp_path / "x"), "--ops", "*"]) == 2
     assert "--ops" in capsys.readouterr().err  # the library's field, shown as the command's flag
     assert not (tmp_path / "x").exists()
+
+
+def test_shipped_recipes_train_short_and_accept_longer():
+    from kformer.config import make_config
+    from kformer.tasks.arithmetic import ArithmeticConfig
+
+    demo = make_config(ArithmeticConfig, "arithmetic", "arithmetic")
+    long = make_config(ArithmeticConfig, "arithmetic", "arithmetic-long")
+    assert (demo.train_digits, demo.digits, long.train_digits, long.digits) == (4, 8, 10, 40)
+    for config in (demo, long):
+        fmt = config.answer_format()
+        assert fmt.mixed_lengths and fmt.source_style == "op_columns"
+        assert (config.positions, config.attention_window, config.encoder_layers) == ("abacus", 2, 0)

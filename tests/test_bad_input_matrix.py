@@ -442,6 +442,15 @@ def test_bad_arithmetic_problems(capsys, tmp_path, models, problem, words):
     assert not out.exists()
 
 
+def test_evaluate_digits_is_for_arithmetic_models_and_their_lengths(capsys, models, tmp_path):
+    refused(capsys, ["evaluate", models["tickets"], "--digits", "3"], 2, "--digits is for arithmetic models")
+    refused(capsys, ["evaluate", models["tickets"]], 2, "--data FILE is required")
+    refused(capsys, ["evaluate", models["arith"], "--digits", "3"], 2, "--digits must be between 1 and 2")
+    problems = tmp_path / "problems.txt"
+    problems.write_text("12+34=46\n", encoding="utf-8")
+    refused(capsys, ["evaluate", models["arith"], "--digits", "2", "--data", problems], 2, "not both")
+
+
 def test_bad_arithmetic_problems_over_rest(models):
     from test_server_api import serving
 

@@ -29,7 +29,8 @@ def _batch():
     return source, target_in
 
 
-@pytest.mark.parametrize("options", [{}, {"tie_embeddings": True, "norm_first": True, "positions": "sinusoidal"}])
+@pytest.mark.parametrize("options", [{}, {"tie_embeddings": True, "norm_first": True, "positions": "sinusoidal"},
+                                     {"positions": "abacus", "attention_window": 2}])
 def test_logits_shape_and_padding_does_not_leak(options):
     model = _model(**options)
     source, target_in = _batch()
@@ -45,6 +46,22 @@ def test_logits_shape_and_padding_does_not_leak(options):
     later = np.asarray(model({"source": source, "target_in": changed}))
     np.testing.assert_allclose(later[0, :3], logits[0, :3], atol=1e-5)
     assert np.abs(later[0, 3:] - logits[0, 3:]).max() > 1e-4
+
+
+@pytest.mark.parametrize("positions", ["abacus", "randomized"])
+def test_extrapolating_positions_are_random_while_training_only_and_decode_alike_with_the_cache(positions,
+                                                                                                 monkeypatch):
+    from kformer.models import generation
+
+    monkeypatch.setattr(generation, "COMPILE", False)
+    model = _model(positions=positions, attention_window=2)
+    assert model.source_embedding.max_length == model.target_embedding.max_length == model.position_ids.max_positions
+    source, target_in = _batch()
+    inputs = {"source": source, "target_in": target_in}
+    inference = np.asarray(model(inputs))
+    np.testing.assert_array_equal(np.asarray(model(inputs)), inference)
+    assert np.abs(np.asarray(model(inputs, training=True)) - inference).max() > 1e-4  # no dropout: the ids moved
+    np.testing.assert_array_equal(greedy_decode(model, source, 7), greedy_decode(model, source, 7, use_cache=False))
 
 
 def test_attention_maps_shapes_and_masking():

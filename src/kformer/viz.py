@@ -33,6 +33,27 @@ def plot_training_curves(history: dict, path) -> None:
     plt.close(fig)
 
 
+def plot_accuracy_by_length(series: dict, path, trained_digits: int | None = None) -> None:
+    """Exact match against operand length, one line per ``series`` entry (``{name: {"7":
+    {"exact_match": ..., "n": ...}, ...}}``; lengths without problems are skipped), with the
+    longest training length marked."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    for name, by_length in series.items():
+        points = sorted((int(k), v["exact_match"]) for k, v in by_length.items() if v.get("exact_match") is not None)
+        ax.plot([p[0] for p in points], [100 * p[1] for p in points], "o-", markersize=3, label=name)
+    if trained_digits:
+        ax.axvline(trained_digits + 0.5, color="grey", linestyle="--", linewidth=1)
+        ax.text(trained_digits + 0.7, 3, "longer than any training problem", fontsize=8, color="grey")
+    ax.set_xlabel("digits per operand")
+    ax.set_ylabel("exact match (%)")
+    ax.set_ylim(-2, 102)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def plot_confusion_matrix(confusion, labels, path, max_labels_annotated: int = 20) -> None:
     """Row-normalised confusion matrix (true label per row) with the label names on both axes."""
     import numpy as np

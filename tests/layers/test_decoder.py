@@ -74,9 +74,9 @@ def test_decoder_target_padding_masks_keys():
     assert np.all(numpy(self_scores)[..., 2:] == 0.0)
 
 
-@pytest.mark.parametrize("norm_first", [False, True])
-def test_incremental_decoding_with_cache_equals_full_pass(norm_first):
-    block = DecoderBlock(16, 2, 32, dropout=0.0, norm_first=norm_first)
+@pytest.mark.parametrize(("norm_first", "window"), [(False, 0), (True, 0), (True, 1)])
+def test_incremental_decoding_with_cache_equals_full_pass(norm_first, window):
+    block = DecoderBlock(16, 2, 32, dropout=0.0, norm_first=norm_first, attention_window=window)
     encoder_outputs, target = random(2, 7, 16), random(2, 5, 16)
     encoder_mask = np.array([[True] * 7, [True] * 4 + [False] * 3])
     full = numpy(block(target, encoder_outputs, encoder_mask=encoder_mask))
@@ -104,8 +104,22 @@ def test_cross_attention_cache_from_masked_encoder_output_does_not_warn():
     assert tuple(cache.shape) == (1, 2, 3, 2, 8)
 
 
+def test_windowed_decoder_sees_only_its_neighbourhood():
+    """With ``window=1`` answer position i reads the source around index i and its own and the
+    previous target position, however long the sequences: what lies farther changes nothing."""
+    block = DecoderBlock(16, 2, 32, dropout=0.0, attention_window=1)
+    encoder_outputs, target = random(1, 9, 16), random(1, 6, 16)
+    far_source, far_target = encoder_outputs.copy(), target.copy()
+    far_source[:, 5:] += 3.0  # source indices 5.. are more than 1 from positions 0..3
+    far_target[:, :1] -= 3.0  # target position 0 is more than 1 before positions 2..
+    before = numpy(block(target, encoder_outputs))
+    np.testing.assert_allclose(numpy(block(target, far_source))[:, :4], before[:, :4], atol=1e-6)
+    np.testing.assert_allclose(numpy(block(far_target, encoder_outputs))[:, 2:], before[:, 2:], atol=1e-6)
+    assert np.abs(numpy(block(target, far_source))[:, 4:] - before[:, 4:]).max() > 1e-3
+
+
 def test_config_round_trip():
-    block = DecoderBlock(16, 2, 32, dropout=0.2, norm_first=True, attention_dropout=0.1, name="decoder")
+    block = DecoderBlock(16, 2, 32, dropout=0.2, norm_first=True, attention_dropout=0.1, attention_window=2, name="decoder")
     target_mask = np.array([[True, True, True], [True, True, False]])
     encoder_mask = np.array([[True] * 7, [True, True, False, False, False, False, False]])
     assert_config_round_trip(

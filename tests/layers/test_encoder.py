@@ -91,7 +91,7 @@ def test_pre_norm_differs_from_post_norm():
 
 
 def test_config_round_trip():
-    block = EncoderBlock(16, 2, 32, dropout=0.2, norm_first=True, attention_dropout=0.1, name="encoder")
+    block = EncoderBlock(16, 2, 32, dropout=0.2, norm_first=True, attention_dropout=0.1, attention_window=2, name="encoder")
     mask = np.array([[True, True, True, False, False, False]])
     assert_config_round_trip(block, random(1, 6, 16), mask=mask, return_attention_scores=True)
 

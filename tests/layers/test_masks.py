@@ -6,7 +6,13 @@ The module holds functions, not layers: there is no config to round-trip.
 import numpy as np
 from layer_helpers import numpy, random
 
-from kformer.layers import attention_mask, causal_mask, padding_mask, scaled_dot_product_attention
+from kformer.layers import (
+    attention_mask,
+    band_mask,
+    causal_mask,
+    padding_mask,
+    scaled_dot_product_attention,
+)
 
 
 def test_causal_mask_is_lower_triangular():
@@ -28,3 +34,9 @@ def test_attention_mask_merges_padding_and_causal():
     merged = numpy(attention_mask(key_mask=padding_mask(ids), causal=True, query_length=3))
     np.testing.assert_array_equal(merged[0], [[1, 0, 0], [1, 1, 0], [1, 1, 0]])
     assert attention_mask() is None
+
+
+def test_band_mask_keeps_a_fixed_neighbourhood_and_joins_causal():
+    np.testing.assert_array_equal(numpy(band_mask(1, 6, offset=3, window=1)), [[0, 0, 1, 1, 1, 0]])
+    merged = numpy(attention_mask(causal=True, window=1, query_length=4))[0]
+    np.testing.assert_array_equal(merged, [[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]])

@@ -5,7 +5,13 @@ import numpy as np
 import pytest
 from layer_helpers import assert_config_round_trip, numpy
 
-from kformer.layers import EncoderBlock, TokenAndPositionEmbedding, sinusoidal_table
+from kformer.layers import (
+    AbacusPositions,
+    EncoderBlock,
+    RandomizedPositions,
+    TokenAndPositionEmbedding,
+    sinusoidal_table,
+)
 
 
 def test_sinusoidal_table_is_the_formula():
@@ -57,3 +63,46 @@ def test_config_round_trip(positions):
 def test_unknown_positions_is_a_value_error():
     with pytest.raises(ValueError, match="positions"):
         TokenAndPositionEmbedding(20, 6, 8, positions="rotary")
+
+
+def test_abacus_and_randomized_ids_are_random_only_while_training():
+    ids = np.ones((64, 5), dtype="int32")
+    abacus = AbacusPositions(12, seed=1)
+    np.testing.assert_array_equal(numpy(abacus(ids)), [[0, 1, 2, 3, 4]])
+    np.testing.assert_array_equal(numpy(abacus(ids[:, :1], start_index=3)), [[3]])
+    drawn = numpy(abacus(ids, training=True))
+    assert drawn.shape == (64, 5) and (np.diff(drawn, axis=1) == 1).all()  # counted from a random start
+    assert drawn.min() == 0 and drawn.max() == 11 and len(set(drawn[:, 0])) > 4
+    randomized = RandomizedPositions(20, 10, seed=1)
+    np.testing.assert_array_equal(numpy(randomized(ids)), [[0, 2, 4, 6, 8]])  # evenly spread at inference
+    drawn = numpy(randomized(ids, training=True))
+    assert (np.diff(drawn, axis=1) > 0).all() and drawn.max() < 20 and len({tuple(r) for r in drawn}) > 32
+
+
+@pytest.mark.parametrize("layer", [AbacusPositions(12, seed=3, name="abacus"),
+                                   RandomizedPositions(20, 10, seed=3, name="randomized")])
+def test_position_id_layers_config_round_trip(layer):
+    ids = np.array([[4, 9, 0], [2, 0, 0]])
+    clone = assert_config_round_trip(layer, ids, start_index=1)
+    assert clone.max_positions == layer.max_positions
+
+
+def test_abacus_training_reaches_table_rows_that_absolute_positions_never_train():
+    """The length-extrapolation property: trained only on 4-token sequences, absolute positions
+    leave rows 4.. of a 12-row table untouched (what a longer input would meet is untrained), while
+    abacus ids train every row."""
+    import tensorflow as tf
+
+    embedding = TokenAndPositionEmbedding(10, 12, 8)
+    ids = np.random.default_rng(0).integers(1, 10, size=(256, 4))
+    embedding(ids)
+    abacus = AbacusPositions(12, seed=0)
+
+    def rows_trained(position_ids):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.square(embedding(ids, position_ids=position_ids)))
+        gradient = tape.gradient(loss, embedding.position_embedding.embeddings)
+        return np.abs(numpy(tf.convert_to_tensor(gradient))).sum(axis=1) > 0
+
+    assert rows_trained(None).tolist() == [True] * 4 + [False] * 8
+    assert rows_trained(abacus(ids, training=True)).all()

@@ -48,6 +48,7 @@ examples:
   kformer train classify --data tickets.csv --out runs/tickets
   kformer predict runs/tickets "my laptop will not boot"
   kformer evaluate runs/tickets --data test.csv
+  kformer evaluate runs/arith --digits 20
   kformer train translate --data en-es.tsv --out runs/en-es
   kformer translate runs/en-es "How are you?"
   kformer attention runs/arith "1234+4567"
@@ -61,10 +62,15 @@ def _add_shared_commands(commands) -> None:
         "evaluate",
         help="score a trained model on a labelled file",
         description="Score a model folder on held-out data. Classifiers report accuracy, macro-F1, a "
-        "per-class report and a confusion-matrix PNG; translators report BLEU, chrF and exact match.",
+        "per-class report and a confusion-matrix PNG; translators report BLEU, chrF and exact match; "
+        "arithmetic models exact match, on --data or on generated held-out problems of --digits digits.",
     )
     evaluate.add_argument("model_dir", metavar="MODEL_DIR", help="folder written by `kformer train`")
-    evaluate.add_argument("--data", required=True, metavar="FILE", help="labelled test file (same formats as training)")
+    evaluate.add_argument("--data", metavar="FILE", help="labelled test file (same formats as training); required "
+                          "unless --digits")
+    evaluate.add_argument("--digits", type=int, default=None, metavar="N",
+                          help="arithmetic models: instead of --data, score held-out problems whose operands both have "
+                          "exactly N digits (up to the model's longest; --limit of them, default 1000)")
     evaluate.add_argument("--json", action="store_true", help="print one JSON object instead of a report")
     evaluate.add_argument("--out", metavar="DIR", help="where to write plots and reports (default: MODEL_DIR/eval)")
     evaluate.add_argument("--text-column", default=None, help="text column of a table file (default: the model's)")
@@ -91,9 +97,14 @@ def _add_shared_commands(commands) -> None:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
+    from kformer.errors import BadInput
     from kformer.tasks import load
 
+    if args.data is None and args.digits is None:
+        raise BadInput("{field} FILE is required (or --digits N, for an arithmetic model)", field="data")
     model = load(args.model_dir)
+    if args.digits is not None and model.task != "arithmetic":
+        raise BadInput(f"{{field}} is for arithmetic models; {args.model_dir} is a {model.task} model", field="digits")
     return importlib.import_module(f"kformer.cli.{model.task}").evaluate(args, model)
 
 

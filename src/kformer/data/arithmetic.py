@@ -1,7 +1,9 @@
 """Addition/subtraction problems, generated on the fly, with a held-out set training never sees.
 
 A problem is ``(a, op, b)`` with ``0 <= a, b < 10**digits`` and ``op`` in ``"+-"``; it is shown as
-``1234+4567`` with the answer ``=5801`` (``=-1985`` when negative).
+``1234+4567`` with the answer ``=5801`` (``=-1985`` when negative). Numbers may have up to
+:data:`MAX_DIGITS` digits (Python ints; batches are worked as digit arrays,
+:mod:`kformer.data.digit_columns`).
 
 What the model reads and writes is set by :class:`ArithmeticFormat`:
 
@@ -10,17 +12,26 @@ What the model reads and writes is set by :class:`ArithmeticFormat`:
 - ``source_style``: ``"chars"`` (``0012+0345``), ``"interleaved"`` (the operator, then the two
   digits of each place side by side, ones first: ``1234+45`` -> ``+ 4 5 3 4 2 0 1 0``) or
   ``"columns"`` (the operator, then one token per place holding both digits, ones first, like
-  the columns of written addition: ``+ 4|5 3|4 2|0 1|0``).
-- ``reverse_answer``: the model writes the answer's ``digits + 1`` digits least-significant first,
+  the columns of written addition: ``+ 4|5 3|4 2|0 1|0``) or ``"op_columns"`` (one token per
+  place holding both digits and the operator, ones first, then ``[END]``: ``1234-45`` ->
+  ``4-5 3-4 2-0 1-0 [END]``; everything a column of the answer needs sits in that column and the
+  one before, and the end of the problem is marked).
+- ``reverse_answer``: the model writes the answer's ``width + 1`` digits least-significant first,
   the order in which carries and borrows are worked out by hand, then its sign. A negative answer
   is written in ten's complement, as hand subtraction leaves it when the last borrow is
   outstanding: ``5801`` -> ``10850+`` and ``-1985`` -> ``10000 - 1985 = 98015`` -> ``51089-``.
   So every digit depends only on the two operand digits of its place and the carry/borrow from
   the place before, and the sign is simply the final borrow. Answers are turned back to
   ``=5801`` / ``=-1985`` for people.
+- ``mixed_lengths``: each problem is written at its own width (the longer operand's digit count,
+  the shorter zero-padded to it: ``12+345`` -> ``+ 2|5 1|4 0|3``, answer ``7530+``) instead of
+  at ``digits`` columns, and training draws every operand length from 1 to ``train_digits``
+  (uniformly, then uniform digits) in every batch. A model trained so can be asked problems
+  longer than any it trained on, up to ``digits`` (a columns style, reversed answers).
 
 Held-out split: a hash of ``(a, op, b)`` puts a fixed slice of all problems aside; training never
-samples them and :func:`held_out_problems` samples only them.
+samples them, :meth:`ArithmeticFormat.held_out_problems` and :meth:`ArithmeticFormat.length_problems`
+sample only them.
 """
 
 from __future__ import annotations
@@ -29,16 +40,23 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from kformer.data import digit_columns as columns
 from kformer.errors import KformerError
 from kformer.text.chars import CharVocabulary
-from kformer.text.specials import END_ID, START_ID
+from kformer.text.specials import END, END_ID, START_ID
 
 OPERATORS = "+-"
 CHARACTERS = "0123456789+-"
-SOURCE_STYLES = ("chars", "interleaved", "columns")
+SOURCE_STYLES = ("chars", "interleaved", "columns", "op_columns")
+COLUMN_STYLES = ("columns", "op_columns")
+MAX_DIGITS = 100
 # One token per place ("column" of written addition): the two digits, e.g. "4|7".
 COLUMN_TOKENS = tuple(f"{x}|{y}" for x in range(10) for y in range(10))
+# ... and with the operator: "4+7", "4-7" (op_columns)
+OP_COLUMN_TOKENS = tuple(f"{x}{op}{y}" for op in OPERATORS for x in range(10) for y in range(10))
+_EXTRA_TOKENS = {"columns": COLUMN_TOKENS, "op_columns": OP_COLUMN_TOKENS}
 _OP_CODES = {"+": 1, "-": 2}
+_ENUMERATE = 4_000_000  # problem spaces up to this size are listed whole rather than sampled
 
 
 @dataclass(frozen=True)
@@ -50,13 +68,14 @@ class ArithmeticFormat:
     pad_operands: bool = True
     reverse_answer: bool = True
     source_style: str = "chars"
-    # Operands of *training* problems have at most this many digits (0: ``digits``), still written
-    # at the full width; held-out problems use all ``digits``: a measure of length generalisation.
+    # Operands of *training* problems have at most this many digits (0: ``digits``); the model
+    # accepts operands of up to ``digits``: a measure of length generalisation.
     train_digits: int = 0
+    mixed_lengths: bool = False
 
     def __post_init__(self):
-        if not 1 <= int(self.digits) <= 12:
-            raise KformerError(f"--digits must be between 1 and 12, not {self.digits}")
+        if not 1 <= int(self.digits) <= MAX_DIGITS:
+            raise KformerError(f"--digits must be between 1 and {MAX_DIGITS}, not {self.digits}")
         if not 0 <= int(self.train_digits) <= int(self.digits):
             raise KformerError(f"train_digits must be between 0 (= digits) and digits ({self.digits}), "
                                f"not {self.train_digits}")
@@ -64,16 +83,23 @@ class ArithmeticFormat:
             raise KformerError(f"source_style must be one of {', '.join(SOURCE_STYLES)}, not {self.source_style!r}")
         if self.source_style != "chars" and not self.pad_operands:
             raise KformerError(f"source_style '{self.source_style}' needs pad_operands = true")
+        if self.mixed_lengths and (self.source_style not in COLUMN_STYLES or not self.reverse_answer):
+            raise KformerError("mixed_lengths needs source_style 'columns' or 'op_columns' and reverse_answer = true")
         if not self.ops or any(op not in OPERATORS for op in self.ops) or len(set(self.ops)) != len(self.ops):
             raise KformerError(f"--ops must be made of distinct '+' and '-' characters, not {self.ops!r}")
 
     @property
     def vocabulary(self) -> CharVocabulary:
-        return CharVocabulary(CHARACTERS, COLUMN_TOKENS if self.source_style == "columns" else ())
+        return CharVocabulary(CHARACTERS, _EXTRA_TOKENS.get(self.source_style, ()))
+
+    @property
+    def most_trained(self) -> int:
+        """Most digits of a training operand."""
+        return self.train_digits or self.digits
 
     @property
     def source_length(self) -> int:
-        return self.digits + 1 if self.source_style == "columns" else 2 * self.digits + 1
+        return self.digits + 1 if self.source_style in COLUMN_STYLES else 2 * self.digits + 1
 
     @property
     def answer_length(self) -> int:
@@ -99,30 +125,40 @@ class ArithmeticFormat:
         """What people read: ``1234+45``."""
         return f"{a}{op}{b}"
 
+    def width(self, a: int, b: int) -> int:
+        """How many columns the problem is written at: ``digits``, or with ``mixed_lengths`` the
+        longer operand's digit count."""
+        return max(len(str(a)), len(str(b))) if self.mixed_lengths else self.digits
+
     def source_tokens(self, a: int, op: str, b: int) -> list[str]:
         """What the encoder reads, token by token (see ``source_style``)."""
+        width = self.width(a, b)
         if self.source_style == "chars":
-            return list(f"{a:0{self.digits}d}{op}{b:0{self.digits}d}" if self.pad_operands else f"{a}{op}{b}")
-        places = zip(f"{a:0{self.digits}d}"[::-1], f"{b:0{self.digits}d}"[::-1], strict=True)
+            return list(f"{a:0{width}d}{op}{b:0{width}d}" if self.pad_operands else f"{a}{op}{b}")
+        places = zip(f"{a:0{width}d}"[::-1], f"{b:0{width}d}"[::-1], strict=True)
         if self.source_style == "interleaved":
             return [op, *(digit for place in places for digit in place)]
+        if self.source_style == "op_columns":
+            return [*(f"{x}{op}{y}" for x, y in places), END]
         return [op, *(f"{x}|{y}" for x, y in places)]
 
-    def answer_text(self, value: int) -> str:
-        """What the decoder writes for ``value``: ``10850+`` / ``51089-`` (reversed) or ``5801``."""
+    def answer_text(self, value: int, width: int | None = None) -> str:
+        """What the decoder writes for ``value``: ``10850+`` / ``51089-`` (reversed, ``width + 1``
+        digits; ``width`` defaults to ``digits``) or ``5801``."""
         if self.reverse_answer:
-            modulus = 10 ** (self.digits + 1)
-            return f"{value % modulus:0{self.digits + 1}d}"[::-1] + ("-" if value < 0 else "+")
+            width = self.digits if width is None else width
+            return f"{value % 10 ** (width + 1):0{width + 1}d}"[::-1] + ("-" if value < 0 else "+")
         return str(value)
 
     def parse_answer(self, text: str) -> int | None:
         """Inverse of :meth:`answer_text`; None for text that is not a well-formed answer."""
         if self.reverse_answer:
             body, sign = text[:-1], text[-1:]
-            if len(body) != self.digits + 1 or not _is_digits(body) or sign not in ("+", "-"):
+            fits = 2 <= len(body) <= self.digits + 1 if self.mixed_lengths else len(body) == self.digits + 1
+            if not fits or not _is_digits(body) or sign not in ("+", "-"):
                 return None
             value = int(body[::-1])
-            return value - 10 ** (self.digits + 1) if sign == "-" else value
+            return value - 10 ** len(body) if sign == "-" else value
         body = text[1:] if text.startswith("-") else text
         if not _is_digits(body):
             return None
@@ -131,7 +167,8 @@ class ArithmeticFormat:
     # --- arrays -----------------------------------------------------------------------------
 
     def encode(self, a, ops, b) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Problems -> ``(source (n, S), target_in (n, T), target_out (n, T))`` int32, 0-padded.
+        """Problems -> ``(source (n, S), target_in (n, T), target_out (n, T))`` int32, 0-padded
+        to the longest problem the format takes.
 
         ``target_in = [START] + answer``, ``target_out = answer + [END]``.
         """
@@ -140,10 +177,11 @@ class ArithmeticFormat:
         source = np.zeros((n, self.source_length), dtype="int32")
         target_in = np.zeros((n, self.target_length), dtype="int32")
         target_out = np.zeros((n, self.target_length), dtype="int32")
-        for row, (x, op, y) in enumerate(zip(np.asarray(a).tolist(), ops, np.asarray(b).tolist(), strict=True)):
+        # int() one by one: np.asarray of Python ints mixing values below and above 2**63 gives floats
+        for row, (x, op, y) in enumerate(zip([int(v) for v in a], ops, [int(v) for v in b], strict=True)):
             src = vocab.encode_tokens(self.source_tokens(x, op, y))
             source[row, : len(src)] = src
-            answer = vocab.encode(self.answer_text(solve(x, op, y)))
+            answer = vocab.encode(self.answer_text(solve(x, op, y), self.width(x, y)))
             target_in[row, 0] = START_ID
             target_in[row, 1 : len(answer) + 1] = answer
             target_out[row, : len(answer)] = answer
@@ -159,49 +197,121 @@ class ArithmeticFormat:
         """Generated ids of one row -> the answer's value (None if malformed)."""
         return self.parse_answer(self.vocabulary.decode(ids))
 
+    def training_batch(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``n`` fresh training problems (never held out) as :meth:`encode`'s arrays; with
+        ``mixed_lengths`` only as wide as the longest training problem (``train_digits``
+        columns), so every batch has one shape."""
+        a, ops, b = self._training_digits(rng, n)
+        if self.source_style not in COLUMN_STYLES or not self.reverse_answer:
+            return self.encode(columns.to_ints(a), ops, columns.to_ints(b))
+        if self.mixed_lengths:
+            widths = np.maximum(columns.lengths_of(a), columns.lengths_of(b))
+            return self._encode_columns(a, ops, b, widths, self.most_trained)
+        wide = np.zeros((n, self.digits), dtype=np.uint8)
+        a, b = (np.concatenate([x, wide[:, x.shape[1]:]], axis=1) for x in (a, b))
+        return self._encode_columns(a, ops, b, np.full(n, self.digits), self.digits)
+
+    def _encode_columns(self, a, ops, b, widths, pad: int):
+        """Columns-style, reversed-answer arrays of digit rows ``a``/``b`` ``(n, >= pad)``, each
+        problem written at its ``widths`` entry, padded to ``pad`` columns."""
+        vocab = self.vocabulary
+        n = len(a)
+        rows = np.arange(n)
+        ids = {token: vocab.encode_tokens([token])[0] for token in ("0", "+", "-", *_EXTRA_TOKENS[self.source_style][:1])}
+        a, b = a[:, :pad], b[:, :pad]
+        digits, negative = columns.answer_digits(a, b, ops == "-")
+        a, b, digits = (x.astype("int32") for x in (a, b, digits))
+        column = np.arange(pad + 3)[None, :]
+        source = np.zeros((n, pad + 1), dtype="int32")
+        if self.source_style == "op_columns":  # "x+y" / "x-y" tokens, then [END]
+            tokens = ids["0+0"] + 100 * (ops == "-")[:, None] + 10 * a + b
+            source[:, :pad] = np.where(column[:, :pad] < widths[:, None], tokens, 0)
+            source[rows, widths] = END_ID
+        else:  # the operator, then "x|y" tokens
+            source[:, 0] = np.where(ops == "-", ids["-"], ids["+"])
+            source[:, 1:] = np.where(column[:, :pad] < widths[:, None], ids["0|0"] + 10 * a + b, 0)
+        target_out = np.zeros((n, pad + 3), dtype="int32")
+        target_out[:, : pad + 1] = np.where(column[:, : pad + 1] <= widths[:, None], ids["0"] + digits, 0)
+        target_out[rows, widths + 1] = np.where(negative, ids["-"], ids["+"])
+        target_out[rows, widths + 2] = END_ID
+        target_in = np.zeros_like(target_out)
+        target_in[:, 0] = START_ID
+        target_in[:, 1:] = np.where(target_out[:, :-1] == END_ID, 0, target_out[:, :-1])
+        return source, target_in, target_out
+
     # --- sampling ---------------------------------------------------------------------------
 
     def is_held_out(self, a, ops, b) -> np.ndarray:
-        """Bool per problem: does it belong to the held-out slice?"""
-        codes = np.where(np.asarray(ops) == "+", _OP_CODES["+"], _OP_CODES["-"]).astype(np.uint64)
-        h = _mix(np.asarray(a, dtype=np.uint64) + np.uint64(0x51ED27))
-        h = _mix(h ^ np.asarray(b, dtype=np.uint64))
-        h = _mix(h ^ codes)
-        return (h % np.uint64(self.holdout_modulus)) == 0
+        """Bool per problem: does it belong to the held-out slice? (ints of any size)"""
+        return self._held_out(columns.int_chunks(a), ops, columns.int_chunks(b))
 
-    def _draw(self, rng: np.random.Generator, n: int, digits: int | None = None):
-        high = 10 ** (digits or self.digits)
-        a = rng.integers(0, high, size=n, dtype=np.int64)
-        b = rng.integers(0, high, size=n, dtype=np.int64)
-        ops = np.array(list(self.ops))[rng.integers(0, len(self.ops), size=n)]
-        return a, ops, b
+    def _held_out(self, a_pieces, ops, b_pieces) -> np.ndarray:
+        codes = np.where(np.asarray(ops) == "+", _OP_CODES["+"], _OP_CODES["-"]).astype(np.uint64)
+        return (columns.problem_hash(a_pieces, codes, b_pieces) % np.uint64(self.holdout_modulus)) == 0
+
+    def _draw_ops(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return np.array(list(self.ops))[rng.integers(0, len(self.ops), size=n)]
+
+    def _training_digits(self, rng: np.random.Generator, n: int):
+        """Digit rows ``(a, ops, b)`` of ``n`` training problems outside the held-out slice."""
+        most = self.most_trained
+
+        def draw(count):
+            if self.mixed_lengths:  # every length 1..most, then uniform digits of that length
+                return tuple(columns.draw_operands(rng, count, most, rng.integers(1, most + 1, size=count), True)
+                             for _ in range(2))
+            return tuple(columns.draw_operands(rng, count, most, most, False) for _ in range(2))
+
+        a, b = draw(n)
+        ops = self._draw_ops(rng, n)
+        while True:
+            bad = np.nonzero(self._held_out(columns.chunks(a), ops, columns.chunks(b)))[0]
+            if not len(bad):
+                return a, ops, b
+            (a[bad], b[bad]), ops[bad] = draw(len(bad)), self._draw_ops(rng, len(bad))
 
     def sample_training(self, rng: np.random.Generator, n: int):
         """``n`` random problems ``(a, ops, b)`` outside the held-out slice (operands of at most
-        ``train_digits`` digits when that is set)."""
-        a, ops, b = self._draw(rng, n, self.train_digits)
-        while True:
-            bad = np.nonzero(self.is_held_out(a, ops, b))[0]
-            if not len(bad):
-                return a, ops, b
-            a2, ops2, b2 = self._draw(rng, len(bad), self.train_digits)
-            a[bad], ops[bad], b[bad] = a2, ops2, b2
+        ``train_digits`` digits when that is set); ints as NumPy arrays (object arrays of Python
+        ints beyond 18 digits)."""
+        a, ops, b = self._training_digits(rng, n)
+        dtype = np.int64 if self.most_trained <= columns.CHUNK else object
+        return np.array(columns.to_ints(a), dtype=dtype), ops, np.array(columns.to_ints(b), dtype=dtype)
 
     def held_out_problems(self, n: int, seed: int = 2026) -> list[tuple[int, str, int]]:
-        """``n`` distinct problems from the held-out slice (all of it, shuffled, if it is smaller)."""
+        """``n`` distinct problems from the held-out slice with operands below
+        ``10**train_digits`` (uniform; all of the slice, shuffled, if it is smaller)."""
+        most = self.most_trained
+        return self._held_out_sample(n, seed, 0, 10**most,
+                                     lambda rng, m: columns.draw_operands(rng, m, most, most, False))
+
+    def length_problems(self, length: int, n: int, seed: int = 2026) -> list[tuple[int, str, int]]:
+        """``n`` distinct held-out problems whose two operands have exactly ``length`` digits
+        (all of them, shuffled, if there are fewer)."""
+        if not 1 <= length <= self.digits:
+            raise KformerError(f"an operand length must be between 1 and {self.digits}, not {length}")
+        low = 0 if length == 1 else 10 ** (length - 1)
+        return self._held_out_sample(n, seed + length, low, 10**length,
+                                     lambda rng, m: columns.draw_operands(rng, m, length, length, True))
+
+    def _held_out_sample(self, n: int, seed: int, low: int, high: int, draw) -> list[tuple[int, str, int]]:
+        """``n`` distinct held-out problems with operands in ``[low, high)``: listed whole when the
+        space is small, else drawn ``draw(rng, m)`` (digit rows) in batches of up to a million."""
         rng = np.random.default_rng(seed)
-        high = 10**self.digits
-        if len(self.ops) * high * high <= 4_000_000:  # small space: list the whole slice
-            a, b = (grid.ravel() for grid in np.meshgrid(np.arange(high), np.arange(high), indexing="ij"))
+        span = high - low
+        if len(self.ops) * span * span <= _ENUMERATE:
+            a, b = (grid.ravel() + low for grid in np.meshgrid(np.arange(span), np.arange(span), indexing="ij"))
             a, b = np.tile(a, len(self.ops)), np.tile(b, len(self.ops))
-            ops = np.repeat(np.array(list(self.ops)), high * high)
+            ops = np.repeat(np.array(list(self.ops)), span * span)
             keep = rng.permutation(np.nonzero(self.is_held_out(a, ops, b))[0])[:n]
             return [(int(a[i]), str(ops[i]), int(b[i])) for i in keep]
         chosen: dict[tuple[int, str, int], None] = {}
         while len(chosen) < n:
-            a, ops, b = self._draw(rng, 1_000_000)
-            for i in np.nonzero(self.is_held_out(a, ops, b))[0].tolist():
-                chosen.setdefault((int(a[i]), str(ops[i]), int(b[i])), None)
+            size = int(min(1_000_000, max(65_536, 2 * (n - len(chosen)) * self.holdout_modulus)))
+            a, b, ops = draw(rng, size), draw(rng, size), self._draw_ops(rng, size)
+            rows = np.nonzero(self._held_out(columns.chunks(a), ops, columns.chunks(b)))[0]
+            for x, op, y in zip(columns.to_ints(a[rows]), ops[rows].tolist(), columns.to_ints(b[rows]), strict=True):
+                chosen.setdefault((x, op, y), None)
                 if len(chosen) >= n:
                     break
         return list(chosen)
@@ -256,14 +366,3 @@ def score_answers(predicted: list[int | None], expected: list[int]) -> dict:
         hits += sum(x == y for x, y in zip(want, got, strict=False))
         total += max(len(want), len(got))
     return {"exact_match": exact / len(expected), "char_accuracy": hits / total, "n": len(expected)}
-
-
-def _mix(x: np.ndarray) -> np.ndarray:
-    """SplitMix64 finaliser: a well-spread 64-bit hash of each element (wrapping arithmetic)."""
-    x = np.asarray(x, dtype=np.uint64).copy()
-    with np.errstate(over="ignore"):
-        x = (x + np.uint64(0x9E3779B97F4A7C15)) & np.uint64(0xFFFFFFFFFFFFFFFF)
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        x = x ^ (x >> np.uint64(31))
-    return x

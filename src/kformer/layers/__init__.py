@@ -10,18 +10,26 @@ from keras.layers import GlobalAveragePooling1D as MaskedGlobalAveragePooling
 from kformer.layers.attention import scaled_dot_product_attention
 from kformer.layers.decoder import DecoderBlock
 from kformer.layers.encoder import EncoderBlock
-from kformer.layers.masks import attention_mask, causal_mask, padding_mask
-from kformer.layers.positions import TokenAndPositionEmbedding, sinusoidal_table
+from kformer.layers.masks import attention_mask, band_mask, causal_mask, padding_mask
+from kformer.layers.positions import (
+    AbacusPositions,
+    RandomizedPositions,
+    TokenAndPositionEmbedding,
+    sinusoidal_table,
+)
 from kformer.layers.windows import SplitWindows, WindowedAverage
 
 __all__ = [
+    "AbacusPositions",
     "DecoderBlock",
     "EncoderBlock",
     "MaskedGlobalAveragePooling",
+    "RandomizedPositions",
     "SplitWindows",
     "TokenAndPositionEmbedding",
     "WindowedAverage",
     "attention_mask",
+    "band_mask",
     "causal_mask",
     "padding_mask",
     "scaled_dot_product_attention",

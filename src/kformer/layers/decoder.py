@@ -18,7 +18,9 @@ from kformer.layers.residual import ResidualBlock
 class DecoderBlock(ResidualBlock):
     """One Transformer decoder block: ``(batch, T, dim)`` + encoder ``(batch, S, dim)`` -> ``(batch, T, dim)``.
 
-    Args: as :class:`EncoderBlock` (``dim``, ``heads``, ``ff_dim``, ``dropout``, ``norm_first``).
+    Args: as :class:`EncoderBlock` (``dim``, ``heads``, ``ff_dim``, ``dropout``, ``norm_first``,
+    ``attention_window``: with it, self-attention sees that many positions before its own and
+    cross-attention the source positions at most that far from its own index).
 
     Call:
         ``block(x, encoder_outputs, mask=None, encoder_mask=None,
@@ -43,10 +45,10 @@ class DecoderBlock(ResidualBlock):
         second: ``(y, cache)`` or ``(y, cache, self_scores, cross_scores)``.
     """
 
-    def __init__(self, dim, heads, ff_dim, dropout=0.1, norm_first=False, attention_dropout=0.0, **kwargs):
-        super().__init__(
-            dim, heads, ff_dim, dropout=dropout, norm_first=norm_first, attention_dropout=attention_dropout, **kwargs
-        )
+    def __init__(self, dim, heads, ff_dim, dropout=0.1, norm_first=False, attention_dropout=0.0, attention_window=0,
+                 **kwargs):
+        super().__init__(dim, heads, ff_dim, dropout=dropout, norm_first=norm_first,
+                         attention_dropout=attention_dropout, attention_window=attention_window, **kwargs)
         self.self_attention = self._attention("self_attention")
         self.self_attention_norm = self._norm("self_attention_norm")
         self.cross_attention = self._attention("cross_attention")
@@ -86,11 +88,14 @@ class DecoderBlock(ResidualBlock):
                              "for a decoder-only stack use EncoderBlock with a causal attention mask")
         query_length = ops.shape(x)[1]
         if self_attention_cache is None:
-            self_mask = attention_mask(key_mask=mask, causal=True, query_length=query_length)
+            self_mask = attention_mask(key_mask=mask, causal=True, query_length=query_length, window=self.attention_window)
         else:
-            self_mask = attention_mask(causal=True, query_length=query_length,
+            self_mask = attention_mask(causal=True, query_length=query_length, window=self.attention_window,
                                        key_length=ops.shape(self_attention_cache)[2], offset=cache_update_index)
-        cross_mask = attention_mask(key_mask=encoder_mask)
+        memory = encoder_outputs if encoder_outputs is not None else cross_attention_cache[:, 0]
+        cross_mask = attention_mask(key_mask=encoder_mask, window=self.attention_window, query_length=query_length,
+                                    key_length=ops.shape(memory)[1],
+                                    offset=0 if cache_update_index is None else cache_update_index)
         new_cache = None
 
         def attend_self(h):
@@ -114,7 +119,12 @@ class DecoderBlock(ResidualBlock):
                                           return_attention_scores=return_attention_scores, training=training)
             if cross_attention_cache is not None:  # the cache comes back unchanged
                 result = result[:-1] if return_attention_scores else result[0]
-            return result if return_attention_scores else (result, None)
+            output, scores = result if return_attention_scores else (result, None)
+            if self.attention_window:  # a position with no source in its window reads nothing, not
+                # a uniform average over every key (which would depend on how far the source is padded)
+                sees_some = ops.any(cross_mask, axis=-1, keepdims=True)
+                output = output * ops.cast(sees_some, output.dtype)
+            return output, scores
 
         x, self_scores = self._residual(x, attend_self, self.self_attention_norm, training)
         x, cross_scores = self._residual(x, attend_encoder, self.cross_attention_norm, training)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import keras
+from keras import ops
 
 from kformer.layers.masks import attention_mask, drop_keras_mask
 from kformer.layers.residual import ResidualBlock
@@ -20,6 +21,8 @@ class EncoderBlock(ResidualBlock):
         attention_dropout: dropout on the attention weights (off by default: it costs a
             ``(batch, heads, seq, seq)`` mask per step and the reference does without).
         norm_first: pre-norm instead of the reference's post-norm.
+        attention_window: when above 0, each position attends only to positions at most this far away
+            (local attention, :func:`~kformer.layers.masks.band_mask`); 0 attends everywhere.
 
     Call:
         ``block(x, mask=None, return_attention_scores=False, training=None)``. ``mask`` is the
@@ -28,10 +31,10 @@ class EncoderBlock(ResidualBlock):
         ``return_attention_scores=True`` returns ``(y, scores)``, scores ``(batch, heads, seq, seq)``.
     """
 
-    def __init__(self, dim, heads, ff_dim, dropout=0.1, norm_first=False, attention_dropout=0.0, **kwargs):
-        super().__init__(
-            dim, heads, ff_dim, dropout=dropout, norm_first=norm_first, attention_dropout=attention_dropout, **kwargs
-        )
+    def __init__(self, dim, heads, ff_dim, dropout=0.1, norm_first=False, attention_dropout=0.0, attention_window=0,
+                 **kwargs):
+        super().__init__(dim, heads, ff_dim, dropout=dropout, norm_first=norm_first,
+                         attention_dropout=attention_dropout, attention_window=attention_window, **kwargs)
         self.self_attention = keras.layers.MultiHeadAttention(
             num_heads=self.heads,
             key_dim=self.key_dim,
@@ -48,7 +51,8 @@ class EncoderBlock(ResidualBlock):
         self.built = True
 
     def call(self, x, mask=None, return_attention_scores=False, training=None):
-        keys_mask = attention_mask(key_mask=mask)
+        keys_mask = attention_mask(key_mask=mask, window=self.attention_window, query_length=ops.shape(x)[1],
+                                   key_length=ops.shape(x)[1])
 
         def attend(h):
             h = drop_keras_mask(h)

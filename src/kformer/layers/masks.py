@@ -25,7 +25,17 @@ def causal_mask(length, key_length=None, offset=0):
     return ops.greater_equal(query_positions, key_positions)
 
 
-def attention_mask(query_mask=None, key_mask=None, causal=False, query_length=None, key_length=None, offset=0):
+def band_mask(length, key_length=None, offset=0, window=1):
+    """``(length, key_length)`` bool: query i may see keys ``j`` with ``|j - (i + offset)| <= window``
+    (local attention: a fixed neighbourhood whatever the sequence's length)."""
+    key_length = length if key_length is None else key_length
+    query_positions = ops.expand_dims(ops.arange(length) + offset, 1)
+    key_positions = ops.expand_dims(ops.arange(key_length), 0)
+    return ops.less_equal(ops.abs(key_positions - query_positions), window)
+
+
+def attention_mask(query_mask=None, key_mask=None, causal=False, query_length=None, key_length=None, offset=0,
+                   window=0):
     """Merge masks into the ``(batch, queries, keys)`` bool form attention layers take.
 
     Args:
@@ -35,6 +45,8 @@ def attention_mask(query_mask=None, key_mask=None, causal=False, query_length=No
         causal: also forbid attending to later positions.
         query_length, key_length: needed for a causal mask when no padding mask gives them.
         offset: position of the first query (incremental decoding).
+        window: when above 0, also forbid keys more than ``window`` positions from the query's
+            own position (:func:`band_mask`; in cross-attention, from the same index of the source).
 
     Returns:
         bool ``(batch, queries, keys)`` (batch may be 1 for a causal-only mask), or None when
@@ -46,13 +58,15 @@ def attention_mask(query_mask=None, key_mask=None, causal=False, query_length=No
     if query_mask is not None:
         rows = ops.expand_dims(ops.cast(query_mask, "bool"), 2)
         merged = rows if merged is None else ops.logical_and(merged, rows)
-    if causal:
+    if causal or window:
         if query_length is None:
             query_length = ops.shape(query_mask)[1] if query_mask is not None else key_length
         if key_length is None:
             key_length = ops.shape(key_mask)[1] if key_mask is not None else query_length
-        triangle = ops.expand_dims(causal_mask(query_length, key_length, offset), 0)
-        merged = triangle if merged is None else ops.logical_and(merged, triangle)
+    for wanted, make in ((causal, causal_mask), (window, lambda *a: band_mask(*a, window=window))):
+        if wanted:
+            shape = ops.expand_dims(make(query_length, key_length, offset), 0)
+            merged = shape if merged is None else ops.logical_and(merged, shape)
     return merged
 
 

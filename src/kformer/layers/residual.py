@@ -12,7 +12,8 @@ class ResidualBlock(keras.layers.Layer):
     Pre-norm (``norm_first=True``, steadier for deep stacks): ``x = x + dropout(f(norm(x)))``.
     """
 
-    def __init__(self, dim, heads, ff_dim, dropout=0.1, norm_first=False, attention_dropout=0.0, **kwargs):
+    def __init__(self, dim, heads, ff_dim, dropout=0.1, norm_first=False, attention_dropout=0.0, attention_window=0,
+                 **kwargs):
         super().__init__(**kwargs)
         if dim % heads:
             raise ValueError(f"dim ({dim}) must be divisible by heads ({heads})")
@@ -22,6 +23,7 @@ class ResidualBlock(keras.layers.Layer):
         self.dropout = float(dropout)
         self.norm_first = bool(norm_first)
         self.attention_dropout = float(attention_dropout)
+        self.attention_window = int(attention_window)
         self.key_dim = self.dim // self.heads
         self.supports_masking = True
         self.ff_hidden = keras.layers.Dense(self.ff_dim, activation="relu", dtype=self.dtype_policy, name="ff_hidden")
@@ -72,4 +74,5 @@ class ResidualBlock(keras.layers.Layer):
                 "attention_dropout": self.attention_dropout,
             }
         )
+        config["attention_window"] = self.attention_window
         return config

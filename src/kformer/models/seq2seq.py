@@ -12,7 +12,14 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from kformer.layers import DecoderBlock, EncoderBlock, TokenAndPositionEmbedding, padding_mask
+from kformer.layers import (
+    AbacusPositions,
+    DecoderBlock,
+    EncoderBlock,
+    RandomizedPositions,
+    TokenAndPositionEmbedding,
+    padding_mask,
+)
 from kformer.metrics import MaskedAccuracy, MaskedSparseCategoricalCrossentropy
 
 
@@ -28,7 +35,17 @@ class Seq2SeqTransformer(keras.Model):
         dim, heads, ff_dim: model width, attention heads, feed-forward width.
         encoder_layers, decoder_layers: number of blocks.
         dropout: dropout rate in every block.
-        positions: ``"learned"`` or ``"sinusoidal"`` position embeddings.
+        positions: ``"learned"`` or ``"sinusoidal"`` position embeddings, or learned tables
+            indexed by ids that extrapolate to longer sequences (one set of ids per row for the
+            source and the target alike): ``"abacus"`` (:class:`~kformer.layers.AbacusPositions`,
+            random offsets while training) or ``"randomized"``
+            (:class:`~kformer.layers.RandomizedPositions`, sorted random ids while training), each
+            over a table of twice the longest sequence's rows, so that while training every row
+            the model meets at inference also comes at every place of a short sequence.
+        attention_window: when above 0, every attention is local: a position sees the positions
+            at most this far from its own (the decoder: earlier ones; cross-attention: around the
+            same index of the source), as for problems whose answer position ``i`` depends only
+            on the source around position ``i``. 0: attention everywhere.
         tie_embeddings: reuse the target token embedding as the output projection (plus a bias).
         norm_first: pre-norm blocks (then a final layer norm closes each stack).
         share_embeddings: one token table for source and target (a shared vocabulary: the two
@@ -42,7 +59,7 @@ class Seq2SeqTransformer(keras.Model):
 
     def __init__(self, source_vocab_size, target_vocab_size, max_source_length, max_target_length, dim=128, heads=4,
                  ff_dim=512, encoder_layers=2, decoder_layers=2, dropout=0.1, positions="learned",
-                 tie_embeddings=False, norm_first=False, share_embeddings=False, **kwargs):
+                 tie_embeddings=False, norm_first=False, share_embeddings=False, attention_window=0, **kwargs):
         super().__init__(**kwargs)
         self.source_vocab_size = int(source_vocab_size)
         self.target_vocab_size = int(target_vocab_size)
@@ -58,20 +75,24 @@ class Seq2SeqTransformer(keras.Model):
         self.tie_embeddings = bool(tie_embeddings)
         self.norm_first = bool(norm_first)
         self.share_embeddings = bool(share_embeddings)
+        self.attention_window = int(attention_window)
         if self.share_embeddings and self.source_vocab_size != self.target_vocab_size:
             raise ValueError(f"share_embeddings needs one vocabulary: source size {self.source_vocab_size} != "
                              f"target size {self.target_vocab_size}")
 
         dtype = self.dtype_policy  # every sub-layer computes in the model's policy (e.g. mixed_bfloat16)
         block_args = dict(dim=self.dim, heads=self.heads, ff_dim=self.ff_dim, dropout=self.dropout,
-                          norm_first=self.norm_first, dtype=dtype)
+                          norm_first=self.norm_first, attention_window=self.attention_window, dtype=dtype)
+        self.position_ids = self._position_layer(positions)
+        rows = {"source": self.max_source_length, "target": self.max_target_length}
+        if self.position_ids is not None:
+            rows = dict.fromkeys(rows, self.position_ids.max_positions)
+        table = "learned" if self.position_ids is not None else positions
         self.source_embedding = TokenAndPositionEmbedding(
-            self.source_vocab_size, self.max_source_length, self.dim, positions=positions, dtype=dtype,
-            name="source_embedding",
+            self.source_vocab_size, rows["source"], self.dim, positions=table, dtype=dtype, name="source_embedding",
         )
         self.target_embedding = TokenAndPositionEmbedding(
-            self.target_vocab_size, self.max_target_length, self.dim, positions=positions, dtype=dtype,
-            name="target_embedding",
+            self.target_vocab_size, rows["target"], self.dim, positions=table, dtype=dtype, name="target_embedding",
         )
         if self.share_embeddings:  # one Embedding layer in both (saved and loaded once)
             self.source_embedding.token_embedding = self.target_embedding.token_embedding
@@ -91,6 +112,22 @@ class Seq2SeqTransformer(keras.Model):
         # Built at once (like KerasHub backbones): weights exist before the first call or a save.
         self.build()
 
+    def _position_layer(self, positions):
+        longest = max(self.max_source_length, self.max_target_length)
+        if positions == "abacus":
+            return AbacusPositions(2 * longest, name="position_ids")
+        if positions == "randomized":
+            return RandomizedPositions(2 * longest, longest, name="position_ids")
+        if positions not in ("learned", "sinusoidal"):
+            raise ValueError(f"positions must be learned, sinusoidal, abacus or randomized, not {positions!r}")
+        return None
+
+    def _positions(self, ids, start_index=0):
+        """Inference position ids for ``ids`` (None: the embeddings count from ``start_index``)."""
+        if self.position_ids is None:
+            return None
+        return self.position_ids(ids, start_index=start_index, training=False)
+
     # --- building -------------------------------------------------------------------------
 
     def build(self, input_shape=None):
@@ -109,25 +146,35 @@ class Seq2SeqTransformer(keras.Model):
         return self._forward(inputs["source"], inputs["target_in"], training=training)
 
     def _forward(self, source_ids, target_in, training=None):
-        encoder_outputs, source_mask = self.encode(source_ids, training=training)
-        return self.decode(target_in, encoder_outputs, source_mask, training=training)
+        source_positions = target_positions = None
+        if self.position_ids is not None and training:  # one draw per row for source and target alike
+            source_length, target_length = ops.shape(source_ids)[1], ops.shape(target_in)[1]
+            drawn = self.position_ids(source_ids, length=ops.maximum(source_length, target_length), training=True)
+            source_positions, target_positions = drawn[:, :source_length], drawn[:, :target_length]
+        encoder_outputs, source_mask = self.encode(source_ids, training=training, position_ids=source_positions)
+        return self.decode(target_in, encoder_outputs, source_mask, training=training, position_ids=target_positions)
 
-    def encode(self, source_ids, training=None):
-        """``(batch, S)`` ids -> ``(encoder_outputs (batch, S, dim), source_mask (batch, S) bool)``."""
+    def encode(self, source_ids, training=None, position_ids=None):
+        """``(batch, S)`` ids -> ``(encoder_outputs (batch, S, dim), source_mask (batch, S) bool)``;
+        ``position_ids`` (training) replace the inference ones of an extrapolating scheme."""
         source_ids = ops.cast(source_ids, "int32")
         source_mask = padding_mask(source_ids)
-        x = self.embedding_dropout(self.source_embedding(source_ids), training=training)
+        if position_ids is None:
+            position_ids = self._positions(source_ids)
+        x = self.embedding_dropout(self.source_embedding(source_ids, position_ids=position_ids), training=training)
         for block in self.encoder_blocks:
             x = block(x, mask=source_mask, training=training)
         if self.encoder_norm is not None:
             x = self.encoder_norm(x)
         return x, source_mask
 
-    def decode(self, target_in, encoder_outputs, source_mask, training=None):
+    def decode(self, target_in, encoder_outputs, source_mask, training=None, position_ids=None):
         """Teacher-forced decoder: ``target_in (batch, T)`` -> logits ``(batch, T, target_vocab)``."""
         target_in = ops.cast(target_in, "int32")
         target_mask = padding_mask(target_in)
-        x = self.embedding_dropout(self.target_embedding(target_in), training=training)
+        if position_ids is None:
+            position_ids = self._positions(target_in)
+        x = self.embedding_dropout(self.target_embedding(target_in, position_ids=position_ids), training=training)
         for block in self.decoder_blocks:
             x = block(x, encoder_outputs, mask=target_mask, encoder_mask=source_mask, training=training)
         return self._logits(x)
@@ -169,7 +216,7 @@ class Seq2SeqTransformer(keras.Model):
             position's keys/values too.
         """
         token_ids = ops.cast(token_ids, "int32")
-        x = self.target_embedding(token_ids, start_index=index)
+        x = self.target_embedding(token_ids, start_index=index, position_ids=self._positions(token_ids, index))
         new_caches = []
         for block, self_cache, cross_cache in zip(self.decoder_blocks, self_caches, cross_caches, strict=True):
             x, self_cache = block(
@@ -193,20 +240,20 @@ class Seq2SeqTransformer(keras.Model):
             source_ids: ``(batch, S)`` int; target_in: ``(batch, T)`` int.
 
         Returns:
-            dict of numpy arrays ``(batch, layers, heads, Lq, Lk)``: ``"encoder"`` (S x S),
-            ``"decoder_self"`` (T x T) and ``"cross"`` (T x S).
+            dict of numpy arrays ``(batch, layers, heads, Lq, Lk)``: ``"encoder"`` (S x S; absent
+            without encoder blocks), ``"decoder_self"`` (T x T) and ``"cross"`` (T x S).
         """
         source_ids = ops.cast(ops.convert_to_tensor(source_ids), "int32")
         target_in = ops.cast(ops.convert_to_tensor(target_in), "int32")
         source_mask = padding_mask(source_ids)
-        x = self.source_embedding(source_ids)
+        x = self.source_embedding(source_ids, position_ids=self._positions(source_ids))
         encoder_maps = []
         for block in self.encoder_blocks:
             x, scores = block(x, mask=source_mask, return_attention_scores=True, training=False)
             encoder_maps.append(scores)
         if self.encoder_norm is not None:
             x = self.encoder_norm(x)
-        y = self.target_embedding(target_in)
+        y = self.target_embedding(target_in, position_ids=self._positions(target_in))
         self_maps, cross_maps = [], []
         for block in self.decoder_blocks:
             y, self_scores, cross_scores = block(
@@ -223,7 +270,8 @@ class Seq2SeqTransformer(keras.Model):
         def stack(maps):
             return ops.convert_to_numpy(ops.stack(maps, axis=1))
 
-        return {"encoder": stack(encoder_maps), "decoder_self": stack(self_maps), "cross": stack(cross_maps)}
+        maps = {"encoder": encoder_maps, "decoder_self": self_maps, "cross": cross_maps}
+        return {name: stack(layers) for name, layers in maps.items() if layers}  # no encoder blocks: no encoder map
 
     # --- serialization --------------------------------------------------------------------
 
@@ -244,6 +292,7 @@ class Seq2SeqTransformer(keras.Model):
             "tie_embeddings": self.tie_embeddings,
             "norm_first": self.norm_first,
             "share_embeddings": self.share_embeddings,
+            "attention_window": self.attention_window,
         }
 
     @classmethod

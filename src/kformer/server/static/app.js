@@ -72,7 +72,8 @@ async function modelChanged() {
   const meta = state.meta[name];
   const [label, placeholder] = PROMPTS[meta.task] || ["Text", ""];
   $("text-label").textContent = label;
-  $("text").placeholder = placeholder;
+  // an arithmetic folder says the longest numbers it accepts; longer ones are refused by the service
+  $("text").placeholder = meta.max_digits ? `${placeholder} (numbers of up to ${meta.max_digits} digits)` : placeholder;
   $("top-k-box").hidden = !("top_k" in (meta.parameters || {}));
   $("beam-box").hidden = !("beam" in (meta.parameters || {}));
   $("model-info").textContent = `${meta.task}, version ${meta.version}${headline(meta.metrics || {})}`;

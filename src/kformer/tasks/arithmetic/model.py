@@ -1,8 +1,9 @@
 """A loaded arithmetic model, and the arithmetic model folder: the one place that writes and reads it.
 
-The folder: ``kformer.json`` (task ``arithmetic``, the answer format and its vocabulary),
-``model.keras``, ``metrics.json``, ``curves.png`` and ``training/`` (checkpoints and logs;
-``resume`` reads them).
+The folder: ``kformer.json`` (task ``arithmetic``, the answer format and its vocabulary,
+``max_digits``: the longest operands it accepts), ``model.keras``, ``metrics.json``,
+``curves.png``, ``lengths.png`` (exact match against operand length, when measured) and
+``training/`` (checkpoints and logs; ``resume`` reads them).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from kformer.tasks.base import AttentionMaps, TaskModel, check_texts, write_curv
 
 MANIFEST_KEYS = ("model_file", "format")
 VOCAB_FILE = "vocab.txt"  # of an export: the tokens, id = line
+LENGTHS_PICTURE = "lengths.png"
 
 Problem = tuple[int, str, int]
 
@@ -30,6 +32,7 @@ def write_folder(out: Path, model, config, metrics: dict) -> None:
     manifest = {
         "vocabulary": fmt.vocabulary.to_json(),
         "format": fmt.to_json(),
+        "max_digits": fmt.digits,
         "answer_order": (
             "digits least-significant first (negative answers in ten's complement), then the sign"
             if fmt.reverse_answer else "as written"
@@ -37,7 +40,14 @@ def write_folder(out: Path, model, config, metrics: dict) -> None:
         "recipe": to_dict(config),
         "metrics": {k: metrics[k] for k in ("exact_match", "char_accuracy", "held_out_size", "train_seconds")},
     }
-    write_model_folder(out, TASK, model, manifest, metrics, lambda stage: write_curves(out / TRAINING_DIR, stage))
+    def pictures(stage: Path) -> None:
+        write_curves(out / TRAINING_DIR, stage)
+        if metrics.get("by_length"):
+            from kformer.viz import plot_accuracy_by_length
+
+            plot_accuracy_by_length({"exact match": metrics["by_length"]}, stage / LENGTHS_PICTURE, fmt.most_trained)
+
+    write_model_folder(out, TASK, model, manifest, metrics, pictures)
 
 
 # --- using a trained model ------------------------------------------------------------------------
@@ -85,7 +95,8 @@ class ArithmeticModel(TaskModel):
         self.model, self.format = model, fmt
 
     def metadata(self) -> dict[str, Any]:
-        return {**super().metadata(), "digits": self.format.digits, "ops": self.format.ops}
+        return {**super().metadata(), "digits": self.format.digits, "max_digits": self.format.digits,
+                "train_digits": self.format.most_trained, "ops": self.format.ops}
 
     def _problems(self, problems, name: str = "problems") -> list[Problem]:
         """``(a, op, b)`` tuples from strings (``"12+34"``) or tuples, within what the model learned."""
@@ -101,7 +112,7 @@ class ArithmeticModel(TaskModel):
             a, op, b = problem
             if a >= 10**self.format.digits or b >= 10**self.format.digits or op not in self.format.ops:
                 raise BadInput(
-                    f"{{field}}: {a}{op}{b} is outside what this model learned ({self.format.digits}-digit operands, "
+                    f"{{field}}: {a}{op}{b} is outside what this model learned ({self.format.digits}-digit operands at most, "
                     f"operators '{self.format.ops}')", field=f"{name}[{i}]",
                 )
             parsed.append((a, op, b))
@@ -141,17 +152,47 @@ class ArithmeticModel(TaskModel):
         ]
         return {**score_answers(answers, expected), "wrong_examples": wrong[:10], "beam": beam}
 
-    def evaluate(self, data, *, beam: int = 1, batch_size: int = 1000, limit: int | None = None,
-                 out: str | os.PathLike | None = None) -> dict:
-        """Score problems with known answers: a path (lines ``12+34=46`` or ``12+34<TAB>46``) or a
-        list of such lines or ``((a, op, b), answer)`` pairs. With ``out``, also writes
-        ``out/evaluation.json``."""
-        from kformer.artifacts import write_json_atomic
+    def score_lengths(self, lengths, per_length: int, *, seed: int = 2026, batch_size: int = 1000) -> dict:
+        """Exact match per operand length: ``{"7": {"exact_match", "char_accuracy", "n"}, ...}``
+        on up to ``per_length`` held-out problems whose operands both have exactly that many
+        digits (``n`` 0 and no scores where the held-out slice has none of that length)."""
+        from kformer.data.arithmetic import solve
 
-        rows = read_rows(data, check=self._problems)
-        if limit is not None:
-            rows = rows[: max(int(limit), 1)]
-        report = {**self.score(rows, beam=beam, batch_size=batch_size), "data": str(data) if isinstance(data, str | os.PathLike) else "in memory"}
+        report = {}
+        for length in lengths:
+            problems = self.format.length_problems(int(length), per_length, seed=seed)
+            if not problems:
+                report[str(length)] = {"exact_match": None, "char_accuracy": None, "n": 0}
+                continue
+            scores = self.score([(p, solve(*p)) for p in problems], batch_size=batch_size)
+            report[str(length)] = {key: scores[key] for key in ("exact_match", "char_accuracy", "n")}
+        return report
+
+    def evaluate(self, data=None, *, digits: int | None = None, beam: int = 1, batch_size: int = 1000,
+                 limit: int | None = None, out: str | os.PathLike | None = None) -> dict:
+        """Score problems with known answers: a path (lines ``12+34=46`` or ``12+34<TAB>46``) or a
+        list of such lines or ``((a, op, b), answer)`` pairs; or, with ``digits`` instead, ``limit``
+        (default 1000) generated held-out problems whose operands both have exactly that many
+        digits (at most the model's ``digits``). With ``out``, also writes ``out/evaluation.json``."""
+        from kformer.artifacts import write_json_atomic
+        from kformer.data.arithmetic import solve
+
+        if digits is not None:
+            if data is not None:
+                raise BadInput("give data or {field}, not both", field="digits")
+            if not 1 <= int(digits) <= self.format.digits:
+                raise BadInput(f"{{field}} must be between 1 and {self.format.digits} (the longest operands this model "
+                               f"accepts), not {digits}", field="digits")
+            problems = self.format.length_problems(int(digits), max(int(limit or 1000), 1))
+            if not problems:
+                raise BadInput(f"no held-out problem has {digits}-digit operands (there are too few such problems); "
+                               "try a longer {field}", field="digits")
+            rows, source = [(p, solve(*p)) for p in problems], f"held-out problems, {digits}-digit operands"
+        else:
+            rows = read_rows(data, check=self._problems)
+            rows = rows if limit is None else rows[: max(int(limit), 1)]
+            source = str(data) if isinstance(data, str | os.PathLike) else "in memory"
+        report = {**self.score(rows, beam=beam, batch_size=batch_size), "data": source}
         if out is not None:
             write_json_atomic(Path(out) / "evaluation.json", report)
         return report
@@ -176,13 +217,13 @@ class ArithmeticModel(TaskModel):
         from kformer.text.specials import END_ID, START, START_ID
 
         problem = self._problems([text], "text")[0]
-        source = self.format.encode_sources([problem])
+        source_tokens = self.format.source_tokens(*problem)
+        source = self.format.encode_sources([problem])[:, : len(source_tokens)]  # no padding columns to draw
         generated = greedy_decode(self.model, source, self.format.target_length)[0]
         # The decoder reads [START] + answer; an answer that never ended is cut to the positions it has.
         answer_ids = [int(t) for t in generated if t > END_ID][: self.model.max_target_length - 1]
         target_in = np.array([[START_ID, *answer_ids]], dtype="int32")
         maps = {name: stack[0] for name, stack in self.model.attention_maps(source, target_in).items()}
-        source_tokens = self.format.source_tokens(*problem)
         target_tokens = [START] + [self.format.vocabulary.tokens[t] for t in answer_ids]
         answer = self.format.decode_answer(generated)
         return AttentionMaps(

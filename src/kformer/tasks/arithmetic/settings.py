@@ -16,23 +16,32 @@ TASK = "arithmetic"
 class ArithmeticConfig:
     """Settings of an arithmetic run (recipe sections ``[data]``, ``[model]``, ``[training]``)."""
 
-    digits: int = setting(4, "data", "digits per operand")
+    digits: int = setting(4, "data", "most digits per operand the model accepts (up to 100)")
     ops: str = setting("+-", "data", "operators, from '+-'", metavar="OPS")
     pad_operands: bool = setting(True, "data", "zero-pad operands to `digits` (0012+0345)")
     reverse_answer: bool = setting(True, "data", "write the answer ones-digit first, sign last")
-    source_style: Literal["chars", "interleaved", "columns"] = setting(
-        "columns", "data", "how the problem is read: a character at a time, the operands' digits interleaved, or "
-        "one token per column")
-    held_out_size: int = setting(10000, "data", "held-out problems scored after training")
-    train_digits: int = setting(0, "data", "training operands have at most this many digits (0 = `digits`); "
-                                "held-out ones use all `digits`: measures length generalisation")
+    source_style: Literal["chars", "interleaved", "columns", "op_columns"] = setting(
+        "columns", "data", "how the problem is read: a character at a time, the operands' digits interleaved, "
+        "one token per column after the operator, or one token per column holding the operator too, then an end mark")
+    held_out_size: int = setting(10000, "data", "held-out problems (operands up to `train_digits`) scored after "
+                                 "training: the headline exact match")
+    held_out_per_length: int = setting(0, "data", "held-out problems scored for each operand length from 1 to "
+                                       "`digits` (metrics.json `by_length`, lengths.png; 0 = none)")
+    train_digits: int = setting(0, "data", "training operands have at most this many digits (0 = `digits`); the "
+                                "model accepts up to `digits`: measures length generalisation")
+    mixed_lengths: bool = setting(False, "data", "write each problem at its own width and train on every operand "
+                                  "length 1..`train_digits` in each batch (columns style, reversed answers)")
     dim: int = setting(64, "model", "model width")
     heads: int = setting(4, "model", "attention heads")
     ff_dim: int = setting(256, "model", "feed-forward width")
-    encoder_layers: int = setting(2, "model", "encoder blocks")
+    encoder_layers: int = setting(2, "model", "encoder blocks (0: the decoder reads the embedded problem)")
     decoder_layers: int = setting(2, "model", "decoder blocks")
     dropout: float = setting(0.0, "model", "dropout rate")
-    positions: Literal["learned", "sinusoidal"] = setting("learned", "model", "position embeddings")
+    positions: Literal["learned", "sinusoidal", "abacus", "randomized"] = setting(
+        "learned", "model", "position embeddings: learned or sinusoidal (absolute), or abacus / randomized (learned "
+        "tables with random offsets / random sorted ids while training, so longer problems meet trained rows)")
+    attention_window: int = setting(0, "model", "local attention: each position sees only positions at most this "
+                                    "far from its own (cross-attention: around the same column); 0 = everywhere")
     norm_first: bool = setting(True, "model", "pre-norm blocks")
     tie_embeddings: bool = setting(False, "model", "reuse the target embedding as the output projection")
     batch_size: int = setting(128, "training", "problems per step")
@@ -50,8 +59,11 @@ class ArithmeticConfig:
     seed: int = setting(0, "training", "random seed")
 
     def __post_init__(self):
+        for name in ("attention_window", "held_out_per_length", "encoder_layers"):
+            if getattr(self, name) < 0:
+                raise BadInput(f"{{field}} must be 0 or more, not {getattr(self, name)}", field=name)
         for name in ("batch_size", "steps_per_epoch", "epochs", "held_out_size", "dim", "heads", "ff_dim",
-                     "encoder_layers", "decoder_layers"):
+                     "decoder_layers"):
             if getattr(self, name) < 1:
                 raise BadInput(f"{{field}} must be at least 1, not {getattr(self, name)}", field=name)
         if self.max_minutes is not None and self.max_minutes <= 0:
@@ -68,4 +80,4 @@ class ArithmeticConfig:
 
         return ArithmeticFormat(digits=self.digits, ops=self.ops, pad_operands=self.pad_operands,
                                 reverse_answer=self.reverse_answer, source_style=self.source_style,
-                                train_digits=self.train_digits)
+                                train_digits=self.train_digits, mixed_lengths=self.mixed_lengths)

@@ -61,7 +61,12 @@ class ArithmeticRun(skeleton.TrainingRun):
         if rows is None:
             problems = config.answer_format().held_out_problems(config.held_out_size, seed=HELD_OUT_SEED)
             rows = [(p, _solve(*p)) for p in problems]
-        scores = ArithmeticModel(fitted.model, config.answer_format(), Path("."), {}).score(rows)
+        model = ArithmeticModel(fitted.model, config.answer_format(), Path("."), {})
+        scores = model.score(rows)
+        by_length = {}
+        if config.held_out_per_length:
+            by_length = model.score_lengths(range(1, config.digits + 1), config.held_out_per_length,
+                                            seed=HELD_OUT_SEED)
         return {
             "exact_match": scores["exact_match"],
             "char_accuracy": scores["char_accuracy"],
@@ -71,6 +76,7 @@ class ArithmeticRun(skeleton.TrainingRun):
             "examples_seen": fitted.steps * config.batch_size,
             "stopped_by_budget": fitted.stopped_by_budget,
             "parameters": int(fitted.model.count_params()),
+            "by_length": by_length,
         }
 
     def write(self, out: Path, prepared, fitted: _Fitted, metrics: dict[str, Any]) -> None:
@@ -129,6 +135,7 @@ def _fit(config: ArithmeticConfig, state_dir: Path, resume: bool, progress: Prog
             dim=config.dim, heads=config.heads, ff_dim=config.ff_dim, encoder_layers=config.encoder_layers,
             decoder_layers=config.decoder_layers, dropout=config.dropout, positions=config.positions,
             tie_embeddings=config.tie_embeddings, norm_first=config.norm_first,
+            attention_window=config.attention_window,
         )
     # constant rate in the optimizer; the callback warms up, then decays over the steps or the budget
     compile_seq2seq(model, config.learning_rate, config.warmup_steps, None, label_smoothing=config.label_smoothing,
@@ -165,7 +172,7 @@ def problem_batches(fmt, batch_size: int, steps: int, seed: int, cluster: Cluste
             return steps
 
         def __getitem__(self, index):
-            source, target_in, target_out = fmt.encode(*fmt.sample_training(self.rng, batch_size))
+            source, target_in, target_out = fmt.training_batch(self.rng, batch_size)
             batch = {"source": source, "target_in": target_in}, target_out
             return batch if cluster is None else cluster.local(batch)
 
