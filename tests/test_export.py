@@ -4,6 +4,7 @@ runtime, and bad input. The tiny models are the serving tests' (trained once per
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -89,7 +90,7 @@ def test_classifier_onnx_through_the_cli_matches_keras(folders, classifier, tmp_
     out = tmp_path / "onnx"
     assert main(["export", str(folders["tickets"]), "--format", "onnx", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "model.onnx: token_ids -> probabilities" in printed
+    assert "model.onnx: token_ids -> probabilities, labels" in printed
     assert sorted(p.name for p in out.iterdir()) == ["README.txt", "labels.txt", "metadata.json", "model.onnx",
                                                       "vocab.txt"]
     session = ort.InferenceSession(str(out / "model.onnx"))
@@ -142,12 +143,31 @@ def test_int8_runtime_quantizes_the_weights_and_keeps_the_predictions(folders, c
 
 # --- translate and arithmetic ---------------------------------------------------------------------
 
+CLIENT = Path(__file__).resolve().parents[1] / "docs" / "onnx_translate_client.py"
+SENTENCES = ["one two", "three", "seven nine five", "", "ten ten ten ten ten ten ten", "Eight,  SIX"]
 
-def test_translator_saved_model_encoder_decoder_step_and_greedy(folders, translator, tmp_path, eager_decoding):
+
+def reference_client():
+    """docs/onnx_translate_client.py as a module (it imports no kformer)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("onnx_translate_client", CLIENT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def keras_steps(model, source, tokens):
+    """Keras' cached decoder: the logits after each of ``tokens`` (``(B, steps)``)."""
+    from kformer.models.generation import CachedStepper
+
+    stepper = CachedStepper(model, source, model.max_target_length)
+    return [np.asarray(stepper.next_logits(tokens[:, i:i + 1])) for i in range(tokens.shape[1])]
+
+
+def test_translator_saved_model_encodes_steps_with_a_cache_and_decodes_greedily(folders, translator, tmp_path,
+                                                                                  eager_decoding):
     import tensorflow as tf
-
-    from kformer.layers import padding_mask
-    from kformer.models.generation import greedy_decode
 
     export(folders["en-ta"], tmp_path / "sm")
     assert (tmp_path / "sm" / "vocab.spm").is_file()
@@ -155,55 +175,77 @@ def test_translator_saved_model_encoder_decoder_step_and_greedy(folders, transla
     assert set(loaded.signatures) == {"serving_default", "encode", "decode_step"}
     model = translator.model
     source = padded_sources(translator, ["one two", "three", "seven nine"])
-    encoded, _ = model.encode(source, training=False)
-    got = loaded.signatures["encode"](source_ids=tf.constant(source))["encoder_outputs"].numpy()
-    np.testing.assert_allclose(got, np.asarray(encoded), atol=1e-5)
-    target_in = np.array([[2, 5, 9], [2, 7, 0], [2, 4, 4]], dtype="int32")[:, :2]
-    expected = model.decode(target_in, encoded, padding_mask(source), training=False)[:, -1, :]
-    step = loaded.signatures["decode_step"](target_in=tf.constant(target_in), encoder_outputs=tf.constant(got),
-                                            source_ids=tf.constant(source))["logits"].numpy()
-    np.testing.assert_allclose(step, np.asarray(expected), atol=1e-5)
+    encoded = loaded.signatures["encode"](source_ids=tf.constant(source))
+    np.testing.assert_allclose(encoded["encoder_outputs"].numpy(), np.asarray(model.encode(source, training=False)[0]),
+                               atol=1e-5)
+    tokens = np.array([[2, 5, 9], [2, 7, 7], [2, 4, 4]], dtype="int32")
+    cache = np.zeros((3, 1, 2, model.max_target_length, 2, 16), dtype="float32")
+    for index, expected in enumerate(keras_steps(model, source, tokens)):
+        step = loaded.signatures["decode_step"](token=tf.constant(tokens[:, index:index + 1]), index=tf.constant(index),
+                                                self_cache=tf.constant(cache), cross_cache=encoded["cross_cache"],
+                                                source_ids=tf.constant(source))
+        np.testing.assert_allclose(step["logits"].numpy(), expected, atol=1e-5)
+        cache = step["new_self_cache"].numpy()
 
-    generated = loaded.signatures["serving_default"](source_ids=tf.constant(source))["target_ids"].numpy()
-    reference = greedy_decode(model, source, model.max_target_length)
-    np.testing.assert_array_equal(generated[:, : reference.shape[1]], reference)
-    assert (generated[:, reference.shape[1]:] == 0).all()
+    ids = padded_sources(translator, SENTENCES[:3])
+    generated = loaded.signatures["serving_default"](source_ids=tf.constant(ids))["target_ids"].numpy()
+    assert translator.target_vocab.decode(generated) == translator.translate(SENTENCES[:3])
 
 
-def test_translator_onnx_encoder_and_decoder_step(folders, translator, tmp_path):
+def test_translator_onnx_decodes_with_a_cache_and_the_reference_client_translates_as_kformer(
+        folders, translator, tmp_path, eager_decoding):
+    import os
+    import subprocess
+    import sys
+
     import onnxruntime as ort
-
-    from kformer.layers import padding_mask
 
     result = export(folders["en-ta"], tmp_path / "onnx", "onnx")
     assert result.metadata["files"] == ["encoder.onnx", "decoder_step.onnx"]
+    assert result.metadata["greedy"]["max_repeat"] == 3 and result.metadata["decode_length"] == translator.decode_length
     model = translator.model
     source = padded_sources(translator, ["one two", "three"])
     encoder = ort.InferenceSession(str(tmp_path / "onnx" / "encoder.onnx"))
     step = ort.InferenceSession(str(tmp_path / "onnx" / "decoder_step.onnx"))
-    encoded = encoder.run(None, {"source_ids": source})[0]
+    encoded, cross = encoder.run(None, {"source_ids": source})
     np.testing.assert_allclose(encoded, np.asarray(model.encode(source, training=False)[0]), atol=1e-4)
-    target_in = np.array([[2, 6, 8], [2, 5, 5]], dtype="int32")
-    logits = step.run(None, {"target_in": target_in, "encoder_outputs": encoded, "source_ids": source})[0]
-    expected = model.decode(target_in, encoded, padding_mask(source), training=False)[:, -1, :]
-    np.testing.assert_allclose(logits, np.asarray(expected), atol=1e-4)
+    tokens = np.array([[2, 6, 8, 8], [2, 5, 5, 9]], dtype="int32")
+    cache = np.zeros((2, 1, 2, 12, 2, 16), dtype="float32")  # any length that holds the steps
+    for index, expected in enumerate(keras_steps(model, source, tokens)):
+        logits, cache = step.run(None, {"token": tokens[:, index:index + 1], "index": np.array(index, dtype="int32"),
+                                        "self_cache": cache, "cross_cache": cross, "source_ids": source})
+        np.testing.assert_allclose(logits, expected, atol=1e-4)
+
+    client = reference_client().OnnxTranslator(tmp_path / "onnx")
+    assert client.translate(SENTENCES) == translator.translate(SENTENCES)
+    # ... and it runs where kformer cannot be imported
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    run = subprocess.run([sys.executable, "-I", str(CLIENT), str(tmp_path / "onnx"), *SENTENCES[:2]], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == translator.translate(SENTENCES[:2])
 
 
-def test_arithmetic_saved_model_solves_as_kformer_does(folders, tmp_path, eager_decoding):
+def test_arithmetic_exports_solve_as_kformer_does(folders, tmp_path, eager_decoding):
     import tensorflow as tf
 
     from kformer import load
 
     model = load(folders["arith"])
+    problems = [(12, "+", 34), (99, "-", 5), (7, "+", 80), (0, "-", 99)]
+    expected = model.solve(problems)
     result = export(folders["arith"], tmp_path / "sm")
     assert result.metadata["arithmetic_format"] == model.format.to_json()
     vocabulary = (tmp_path / "sm" / "vocab.txt").read_text(encoding="utf-8").splitlines()
     assert vocabulary == model.format.vocabulary.to_json()
-    problems = [(12, "+", 34), (99, "-", 5), (7, "+", 80)]
     loaded = tf.saved_model.load(str(tmp_path / "sm" / "1"))
     ids = loaded.signatures["serving_default"](source_ids=tf.constant(model.format.encode_sources(problems)))
-    answers = [model.format.decode_answer(row) for row in ids["target_ids"].numpy()]
-    assert answers == model.solve(problems)
+    assert [model.format.decode_answer(row) for row in ids["target_ids"].numpy()] == expected
+
+    export(folders["arith"], tmp_path / "onnx", "onnx")
+    decoder = reference_client().OnnxDecoder(tmp_path / "onnx")
+    sources = [[int(i) for i in row if i] for row in model.format.encode_sources(problems)]
+    assert [model.format.decode_answer([*row, 3]) for row in decoder.decode(sources)] == expected
 
 
 # --- bad input ------------------------------------------------------------------------------------

@@ -193,7 +193,7 @@ class ArithmeticModel(TaskModel):
         )
 
     def export_plan(self):
-        """The encoder, one decoder step and greedy decoding (:mod:`kformer.models.seq2seq_export`),
+        """The encoder, one cached decoder step and greedy decoding (:mod:`kformer.models.seq2seq_export`),
         the tokens as ``vocab.txt`` and the answer format in the metadata."""
         from kformer.models.export_plan import Plan
         from kformer.models.seq2seq_export import seq2seq_endpoints, seq2seq_info

@@ -125,12 +125,12 @@ class OnnxPredictor:
         """Convert ``classifier``'s network (its ``serving_default`` export) to ONNX in memory;
         with ``int8``, its matrix weights quantized to 8 bits (:func:`quantize_int8`)."""
         from kformer.models.export_plan import onnx_file, require_onnx
-        from kformer.tasks.classify.export import classifier_endpoint
+        from kformer.tasks.classify.export import network_endpoint
 
         require_onnx()
         with tempfile.TemporaryDirectory(prefix="kformer-onnx-") as tmp:
             path = Path(tmp) / "model.onnx"
-            onnx_file(classifier_endpoint(classifier), path, classifier.model)
+            onnx_file(network_endpoint(classifier), path, classifier.model)
             if int8:
                 path = quantize_int8(path, Path(tmp) / "model-int8.onnx")
             return cls(path.read_bytes(), threads, "onnx-int8" if int8 else "onnx")

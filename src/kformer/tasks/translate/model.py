@@ -303,8 +303,9 @@ class Translator(TaskModel):
         )
 
     def export_plan(self):
-        """The encoder, one decoder step and greedy decoding (:mod:`kformer.models.seq2seq_export`),
-        each greedy row capped by :attr:`decode_length`; the SentencePiece files beside them."""
+        """The encoder, one cached decoder step and greedy decoding (:mod:`kformer.models.seq2seq_export`),
+        each greedy row capped by :attr:`decode_length`, with the default repeat limit; the
+        vocabulary files beside them and in the metadata how a client prepares a source."""
         import shutil
 
         from kformer.models.export_plan import Plan
@@ -317,8 +318,17 @@ class Translator(TaskModel):
             for name in files:
                 shutil.copyfile(self.folder / name, folder / name)
 
-        return Plan(TASK, seq2seq_endpoints(self.model, self.decode_length), [self.model], write_files,
-                    {"vocabulary_files": files, **seq2seq_info(self.model)})
+        info = {"vocabulary_files": files, **seq2seq_info(self.model, MAX_REPEAT),
+                "source_vocabulary": files[0], "target_vocabulary": files[-1], "decode_length": self.decode_length,
+                "vocabulary_kind": "words" if vocab.get("kind") == "words" else "sentencepiece",
+                "source_text": "NFC-normalised, runs of whitespace -> one space, stripped; then its ids (sentencepiece: "
+                               "the model's pieces; words: each space-separated word's line in the file, unknown "
+                               f"words [UNK]), no [START]/[END], the first {self.max_source_length}; no ids: one [UNK]",
+                "target_text": "the ids before [END], without ids 0-2, detokenised (words: joined by spaces)",
+                "length_cap": "a source of n ids gets at most min(max_target_length, ceil(per_source_token * n) + "
+                              "extra) target tokens ([END] included; decode_length)"}
+        return Plan(TASK, seq2seq_endpoints(self.model, self.decode_length, MAX_REPEAT), [self.model], write_files,
+                    info)
 
     def warmup(self, beams: Sequence[int] = (1,)) -> None:
         """Decode once per decode shape (batch and width bucket) and beam width in ``beams``
