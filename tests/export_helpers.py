@@ -1,6 +1,7 @@
 """What every classifier export must do, checked on a folder the calling test trained: both formats
 give ``kformer predict``'s labels and probabilities (within 1e-4) on the test's texts, with the
-labels, the threshold and how to tokenise in the metadata."""
+labels, the threshold and how to tokenise in the metadata; the reference ONNX client
+(docs/onnx_classify_client.py) tokenises to kformer's ids and answers as ``predict``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,17 @@ from pathlib import Path
 import numpy as np
 
 ATOL = 1e-4
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def docs_module(name: str):
+    """``docs/<name>.py`` as a module (the reference clients import no kformer)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, DOCS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def check_classifier_exports(folder: Path, texts: list[str], out: Path) -> dict[str, dict]:
@@ -47,6 +59,13 @@ def check_classifier_exports(folder: Path, texts: list[str], out: Path) -> dict[
     probabilities, onnx_labels = session.run(["probabilities", "labels"], feed)
     np.testing.assert_allclose(probabilities, expected, atol=ATOL)
     assert list(onnx_labels) == labels
+
+    client = docs_module("onnx_classify_client").OnnxClassifier(out / "onnx")
+    np.testing.assert_array_equal(client.token_ids(texts), ids)
+    answers = client.predict(texts, top_k=2)
+    assert answers == [{**p, "probability": answers[i]["probability"], "top_k": answers[i]["top_k"]}
+                       for i, p in enumerate(classifier.predict(texts, top_k=2))]
+    np.testing.assert_allclose([a["probability"] for a in answers], expected.max(axis=1), atol=ATOL)
 
     for kind in ("saved_model", "onnx"):
         metadata[kind] = json.loads((out / kind / "metadata.json").read_text(encoding="utf-8"))

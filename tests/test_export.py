@@ -45,27 +45,17 @@ def padded_sources(translator, texts):
 # --- classifier -----------------------------------------------------------------------------------
 
 
-def test_classifier_saved_model_matches_keras_for_ids_and_raw_texts(folders, classifier, tmp_path):
-    import tensorflow as tf
+def test_classifier_exports_match_keras_for_ids_and_raw_texts(folders, classifier, tmp_path):
+    from export_helpers import check_classifier_exports
 
-    result = export(folders["tickets"], tmp_path / "sm", "saved_model")
-    out = tmp_path / "sm"
+    metadata = check_classifier_exports(folders["tickets"], TEXTS, tmp_path)["saved_model"]
+    out = tmp_path / "saved_model"
     assert (out / "labels.txt").read_text(encoding="utf-8").splitlines() == classifier.labels
     assert (out / "vocab.txt").read_text(encoding="utf-8").splitlines() == classifier.tokenizer.get_vocabulary()
-    metadata = json.loads((out / "metadata.json").read_text(encoding="utf-8"))
-    assert metadata == json.loads(json.dumps(result.metadata))
     assert set(metadata["signatures"]) == {"serving_default", "texts"}
     assert metadata["signatures"]["texts"]["outputs"]["labels"]["dtype"] == "string"
+    assert metadata["tokenizer"]["kind"] == "word" and metadata["wide"] is None and metadata["threshold"] is None
     assert "token_ids" in (out / "README.txt").read_text(encoding="utf-8")
-
-    loaded = tf.saved_model.load(str(out / "1"))
-    expected = classifier.probabilities(TEXTS)
-    by_ids = loaded.signatures["serving_default"](token_ids=tf.constant(classifier.features(TEXTS)))
-    np.testing.assert_allclose(by_ids["probabilities"].numpy(), expected, atol=1e-5)
-    by_texts = loaded.signatures["texts"](texts=tf.constant(TEXTS))
-    np.testing.assert_allclose(by_texts["probabilities"].numpy(), expected, atol=1e-5)
-    labels = [label.decode() for label in by_texts["labels"].numpy()]
-    assert labels == [p["label"] for p in classifier.predict(TEXTS)]
 
 
 def test_graph_word_tokenizer_gives_the_python_tokenizers_ids():
@@ -78,10 +68,12 @@ def test_graph_word_tokenizer_gives_the_python_tokenizers_ids():
     vocabulary = [*RESERVED_TOKENS, "the", "laptop", "cafe", "!", "?", "screen", "12", "_x", "ு", "日本語"]
     texts = ["The laptop!! screen", "", "  ", "Café<br />CAFE?", "über_x 12 naïve", "தமிழ் ok", "a\u00a0b\u2003c",
              "x" * 600, " ".join(["the", "laptop", "screen", "cafe"] * 5), "日本語 the", "½ ² Ⅻ"]
+    pairs = [*vocabulary, "the laptop", "laptop screen", "cafe cafe", "screen cafe"]  # a word-pair vocabulary
     for truncation in ("head", "tail", "head_tail"):
-        expected = encode(WordTokenizer(vocabulary, 8, truncation), texts)
-        got = GraphWordTokenizer(vocabulary, 8, truncation)(tf.constant(texts)).numpy()
-        np.testing.assert_array_equal(got, expected, err_msg=truncation)
+        for words in (vocabulary, pairs):
+            expected = encode(WordTokenizer(words, 8, truncation), texts)
+            got = GraphWordTokenizer(words, 8, truncation)(tf.constant(texts)).numpy()
+            np.testing.assert_array_equal(got, expected, err_msg=truncation)
 
 
 def test_classifier_onnx_through_the_cli_matches_keras(folders, classifier, tmp_path, capsys):
@@ -149,12 +141,9 @@ SENTENCES = ["one two", "three", "seven nine five", "", "ten ten ten ten ten ten
 
 def reference_client():
     """docs/onnx_translate_client.py as a module (it imports no kformer)."""
-    import importlib.util
+    from export_helpers import docs_module
 
-    spec = importlib.util.spec_from_file_location("onnx_translate_client", CLIENT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return docs_module("onnx_translate_client")
 
 
 def keras_steps(model, source, tokens):

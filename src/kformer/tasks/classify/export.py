@@ -109,10 +109,11 @@ def tokenizer_spec(classifier) -> dict[str, Any]:
     from kformer.text.vocabulary import CHARS_PER_TOKEN_LIMIT
 
     common = {"vocabulary_file": "vocab.txt", "max_length": classifier.max_length, "pad_id": PAD_ID,
-              "unknown_id": UNK_ID, "empty_text": f"a text with no token is the one id {UNK_ID} ([UNK])"}
+              "unknown_id": UNK_ID}
+    empty = {"empty_text": f"a text with no token is the one id {UNK_ID} ([UNK])"}
     if classifier.kind == "encoder" and hasattr(classifier.tokenizer, "index"):
         tokenizer = classifier.tokenizer
-        return {"kind": "word", **common, "truncation": tokenizer.truncation,
+        return {"kind": "word", **common, **empty, "truncation": tokenizer.truncation,
                 "steps": ["if the text is longer than 2 * max_length * 16 characters: keep its first max_length * 16 "
                           "(truncation head) or those and, after a space, its last max_length * 16",
                           "lowercase (Python str.lower); <br>, <br/>, <br /> (any case) -> a space",
@@ -125,19 +126,24 @@ def tokenizer_spec(classifier) -> dict[str, Any]:
                           "consecutive kept tokens, up to max_length ids in all",
                           "pad with pad_id to max_length"],
                 "word_pairs": tokenizer.with_bigrams}
+    pieces = classifier.model.preprocessor.tokenizer if classifier.kind == "bert" else classifier.tokenizer
+    wordpiece = {"lowercase": bool(pieces.lowercase), "strip_accents": bool(pieces.strip_accents),
+                 "split_on_cjk": bool(pieces.split_on_cjk), "suffix_indicator": pieces.suffix_indicator,
+                 "oov_token": pieces.oov_token, "max_bytes_per_word": 100}
     steps = [f"<br>, <br/>, <br /> (any case) -> a space; runs of whitespace -> one space; strip; keep the first "
              f"{classifier.max_length * CHARS_PER_TOKEN_LIMIT} characters",
-             "KerasHub WordPiece: Unicode NFD and drop marks (Mn); split at whitespace and control characters "
-             "(dropped) and at punctuation and CJK characters (kept as tokens); NFKC case folding; each word "
-             "greedy longest-match-first over vocab.txt, later pieces prefixed ##, a word over 100 bytes or "
-             "without a match is [UNK]"]
+             "KerasHub WordPiece: with strip_accents, Unicode NFD and drop the marks (Mn); split at ' \\t\\n\\r\\f' "
+             "and control/format characters (Cc, Cf: dropped) and at punctuation (ASCII non-alphanumerics and P*) and, "
+             "with split_on_cjk, CJK ideographs (kept as tokens); with lowercase, NFKC case folding (NFKC, casefold, "
+             "NFKC, drop default-ignorable code points); each word greedy longest-match-first over vocab.txt, later "
+             "pieces prefixed suffix_indicator; a word over max_bytes_per_word UTF-8 bytes or without a match is "
+             "oov_token"]
     if classifier.kind == "bert":
-        preprocessor = classifier.model.preprocessor
-        return {"kind": "bert", **common, "lowercase": bool(preprocessor.tokenizer.lowercase),
+        return {"kind": "bert", **common, **wordpiece,
                 "steps": [*steps, "[CLS] + the first max_length - 2 pieces + [SEP] (their vocab.txt ids), "
                           "padded with pad_id"]}
-    return {"kind": "wordpiece", **common, "lowercase": True,
-            "steps": [*steps, "the first max_length piece ids, padded with pad_id"]}
+    return {"kind": "wordpiece", **common, **empty, **wordpiece,
+            "steps": [*steps, "the first max_length piece ids, padded with pad_id; no pieces: one unknown_id"]}
 
 
 def classifier_function(classifier) -> Callable:
