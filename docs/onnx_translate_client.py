@@ -81,11 +81,14 @@ class OnnxTranslator(OnnxDecoder):
         text = " ".join(unicodedata.normalize("NFC", text).split())
         return self.source.encode(text)[: self.meta["max_source_length"]] or [1]  # 1: [UNK]
 
-    def translate(self, texts: list[str]) -> list[str]:
-        todo = [i for i, text in enumerate(texts) if text.strip()]
+    def translate(self, texts: list[str], batch_size: int = 64) -> list[str]:
+        """Greedy translations; sources of similar length are decoded together, ``batch_size`` at a time."""
+        sources = {i: self.source_ids(text) for i, text in enumerate(texts) if text.strip()}
+        order = sorted(sources, key=lambda i: len(sources[i]))
         results = [""] * len(texts)
-        if todo:
-            for i, ids in zip(todo, self.decode([self.source_ids(texts[i]) for i in todo]), strict=True):
+        for start in range(0, len(order), batch_size):
+            rows = order[start:start + batch_size]
+            for i, ids in zip(rows, self.decode([sources[i] for i in rows]), strict=True):
                 results[i] = self.target.decode([t for t in ids if t > self.special["start"]])
         return results
 

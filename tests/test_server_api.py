@@ -44,7 +44,7 @@ class FakeClassifier(TaskModel):
             assert self.gate.wait(10)
         self.warmed = True
 
-    def predict_instances(self, instances, parameters=None):
+    def predict(self, instances, **parameters):
         self.batches.append(list(instances))
         time.sleep(self.delay)
         for i, text in enumerate(instances):
@@ -227,11 +227,11 @@ def _blocking_model(gate: threading.Event):
     class Blocking(FakeClassifier):
         stuck = threading.Event()
 
-        def predict_instances(self, instances, parameters=None):
+        def predict(self, instances, **parameters):
             if instances[0] == "block":
                 self.stuck.set()
                 gate.wait(10)
-            return super().predict_instances(instances, parameters)
+            return super().predict(instances, **parameters)
 
     return Blocking()
 
@@ -468,7 +468,7 @@ def test_real_models_answer_as_the_library_does(real_models):
 
             # concurrent single-ticket requests share batches and get what the library gives each
             answers = await asyncio.gather(*(predict("tickets", [t], {"top_k": 3}) for t in tickets * 4))
-            expected = library["tickets"].predict_instances(tickets, {"top_k": 3})
+            expected = library["tickets"].predict(tickets, top_k=3)
             for got, want in zip(answers, expected * 4, strict=True):
                 assert got[0]["label"] == want["label"] and [t["label"] for t in got[0]["top_k"]] == [
                     t["label"] for t in want["top_k"]]
@@ -479,9 +479,9 @@ def test_real_models_answer_as_the_library_does(real_models):
             assert requests == len(answers) and calls < requests  # at least one call served several requests
             unknown = await predict("tickets", tickets[:1], {"threshold": 1.0, "unknown_label": "human"})
             assert unknown[0]["label"] == "human" and unknown[0]["unknown"]
-            assert await predict("en-ta", ["one two", "three"]) == library["en-ta"].predict_instances(["one two", "three"], {})
+            assert await predict("en-ta", ["one two", "three"]) == library["en-ta"].predict(["one two", "three"])
             beam = await predict("en-ta", ["one two"], {"beam": 2})
-            assert beam[0]["translation"] == library["en-ta"].predict_instances(["one two"], {"beam": 2})[0]["translation"]
+            assert beam[0]["translation"] == library["en-ta"].predict(["one two"], beam=2)[0]["translation"]
             assert "answer" in (await predict("arith", ["12+34"]))[0]
             bad_sum = error_of(await client.post("/v1/models/arith:predict", json={"instances": ["12+34", "12*3"]}), 422)
             assert bad_sum["field"] == "instances[1]"

@@ -86,10 +86,11 @@ def _demo(args: argparse.Namespace) -> int:
     model = arithmetic.load(out)
     examples = [(1234, "+", 4567), (9999, "+", 1), (2026, "-", 4011), (5, "-", 5), (8713, "-", 299)]
     print("a few problems:")
-    for problem, answer in zip(examples, model.solve(examples), strict=True):
+    answers = model.predict([model.format.problem_text(*problem) for problem in examples])
+    for problem, answer in zip(examples, answers, strict=True):
         truth = solve(*problem)
-        mark = "right" if answer == truth else f"wrong, it is {truth}"
-        print(f"  {model.format.problem_text(*problem):>11} = {answer if answer is not None else '?'}   ({mark})")
+        mark = "right" if answer["answer"] == truth else f"wrong, it is {truth}"
+        print(f"  {answer['problem']:>11} = {'?' if answer['answer'] is None else answer['answer']}   ({mark})")
     pictures = model.attention_maps(DEMO_PROBLEM).draw(out / "attention")
     print(f"\nmodel folder:        {out}  (kformer.json, model.keras, metrics.json)")
     print(f"attention pictures:  {out / 'attention'}  ({len(pictures)} PNGs for {DEMO_PROBLEM})")

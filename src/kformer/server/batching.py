@@ -2,7 +2,7 @@
 
 A request becomes a :class:`Job` with a :class:`concurrent.futures.Future`. The thread takes the
 oldest job, waits up to ``batch_wait_ms`` for more jobs for the same model and parameters (up to
-``max_batch`` instances in all), runs one ``predict_instances`` call -- tokenising included, so
+``max_batch`` instances in all), runs one ``predict`` call -- tokenising included, so
 none of it runs on the event loop -- and answers every job's future with its share. A job whose
 caller gave up (its future cancelled, or its deadline passed) is skipped, not computed.
 """

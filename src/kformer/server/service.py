@@ -167,5 +167,5 @@ class Service:
         if served is None:  # cannot happen: requests are only queued for loaded models
             raise Overloaded(f"model '{name}' is not loaded", field=None)
         if kind == PREDICT:
-            return served.model.predict_instances(instances, parameters), served.version
+            return served.model.predict(instances, **parameters), served.version
         return [served.model.attention_maps(instances[0]).to_json()], served.version

@@ -165,14 +165,9 @@ class Classifier(TaskModel):
         the calibrated threshold (a run with ``calibrate``; :attr:`threshold`), if any; 0 turns
         the unknown route off.
         """
-        top_k = _positive_int(top_k, "top_k")
+        self.check_values({"top_k": top_k, "threshold": threshold, "unknown_label": unknown_label})
         if threshold is None:
             threshold = self.threshold
-        if threshold is not None:
-            if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0.0 <= threshold <= 1.0:
-                raise BadInput(f"{{field}} must be between 0 and 1, got {threshold!r}", field="threshold")
-        if not isinstance(unknown_label, str):
-            raise BadInput(f"{{field}} must be a string, not {type(unknown_label).__name__}", field="unknown_label")
         probs = self.probabilities(texts, batch_size=batch_size)
         order = np.argsort(-probs, axis=1, kind="stable")[:, : min(top_k, len(self.labels))]
         results = []
@@ -183,9 +178,16 @@ class Classifier(TaskModel):
                             "probability": top[0]["probability"], "unknown": bool(unknown), "top_k": top})
         return results
 
-    def predict_instances(self, instances: list[str], parameters: dict[str, Any] | None = None) -> list[dict]:
-        """The REST form of :meth:`predict`: ``parameters`` may hold top_k, threshold, unknown_label."""
-        return self.predict(check_texts(instances, "instances"), **self.check_parameters(parameters))
+    def check_values(self, parameters: dict[str, Any]) -> None:
+        """``top_k`` a whole number >= 1, ``threshold`` None or within 0..1, ``unknown_label`` a string."""
+        _positive_int(parameters["top_k"], "top_k")
+        threshold = parameters["threshold"]
+        if threshold is not None:
+            if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0.0 <= threshold <= 1.0:
+                raise BadInput(f"{{field}} must be between 0 and 1, got {threshold!r}", field="threshold")
+        if not isinstance(parameters["unknown_label"], str):
+            raise BadInput(f"{{field}} must be a string, not {type(parameters['unknown_label']).__name__}",
+                           field="unknown_label")
 
     def scores(self, data: LabelledTexts | Iterable[LabelledTexts], batch_size: int = 64) -> dict[str, Any]:
         """:func:`kformer.metrics.classification_scores` of the model on ``data`` (LabelledTexts, or
