@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kformer import load
 from kformer.cli import main
-from kformer.errors import BadInput, ModelNotFound
+from kformer.errors import BadInput, ModelNotFound, Unsupported
 from kformer.export import export
 
 TEXTS = ["my laptop screen is broken", "Refund my INVOICE, please!", "", "password locked <br /> café vpn",
@@ -24,14 +25,12 @@ def folders(tiny_models):
 
 @pytest.fixture(scope="module")
 def classifier(folders):
-    from kformer import load
 
     return load(folders["tickets"])
 
 
 @pytest.fixture(scope="module")
 def translator(folders):
-    from kformer import load
 
     return load(folders["en-ta"])
 
@@ -96,36 +95,65 @@ def test_classifier_onnx_through_the_cli_matches_keras(folders, classifier, tmp_
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging left
 
 
-def test_onnx_runtime_serves_the_same_predictions(folders, classifier):
+@pytest.fixture(scope="module")
+def tickets_copy(folders, tmp_path_factory):
+    """A copy of the tiny classifier's folder: the onnx runtimes keep their conversion in it."""
+    import shutil
+
+    out = tmp_path_factory.mktemp("copy") / "tickets"
+    shutil.copytree(folders["tickets"], out)
+    return out
+
+
+def test_onnx_runtime_converts_once_per_folder_version_and_serves_the_same_predictions(
+        tickets_copy, classifier, tmp_path, monkeypatch):
     import asyncio
 
     from test_server_api import serving
 
-    from kformer import load
+    from kformer.folders import folder_version
+    from kformer.models import export_plan
     from kformer.server import ServeConfig
 
-    onnx = load(folders["tickets"], runtime="onnx")
-    assert onnx.metadata()["runtime"] == "onnx" and classifier.metadata()["runtime"] == "keras"
+    onnx = load(tickets_copy, runtime="onnx")
+    kept = tickets_copy / "runtimes" / folder_version(tickets_copy) / "network.onnx"
+    assert kept.is_file() and onnx.metadata()["runtime"] == "onnx" and classifier.metadata()["runtime"] == "keras"
     np.testing.assert_allclose(onnx.probabilities(TEXTS), classifier.probabilities(TEXTS), atol=1e-4)
     assert onnx.attention_maps(TEXTS[0]).maps["encoder"].shape[:2] == (1, 2)  # still the Keras network
+    export(tickets_copy, tmp_path / "export", "onnx")
+
+    def no_conversion(*args, **kwargs):
+        raise AssertionError("converted again")
+
+    monkeypatch.setattr(export_plan, "onnx_file", no_conversion)  # from here on nothing may convert
 
     async def ask():
-        async with serving({"tickets": folders["tickets"]}, ServeConfig(runtime="onnx")) as (client, _):
-            answer = await client.post("/v1/models/tickets:predict", json={"instances": TEXTS[:2]})
+        models = {"tickets": tickets_copy, "exported": tmp_path / "export"}  # a model folder and an export folder
+        async with serving(models, ServeConfig(runtime="onnx")) as (client, _):
+            answers = [(await client.post(f"/v1/models/{name}:predict", json={"instances": TEXTS[:2]})).json()
+                       for name in models]
             metadata = await client.get("/v1/models/tickets/metadata")
-            return answer.json(), metadata.json()
+            return answers, metadata.json()
 
-    answer, metadata = asyncio.run(ask())
+    answers, metadata = asyncio.run(ask())  # a restart: the kept conversion is read back
     assert metadata["runtime"] == "onnx"
-    assert [p["label"] for p in answer["predictions"]] == [p["label"] for p in classifier.predict(TEXTS[:2])]
+    for answer in answers:
+        assert [p["label"] for p in answer["predictions"]] == [p["label"] for p in classifier.predict(TEXTS[:2])]
     with pytest.raises(BadInput, match="runtime"):
         ServeConfig(runtime="tflite")
 
+    # a changed folder (retrained) is another version: converted again, the old conversion removed
+    (tickets_copy / "metrics.json").write_text((tickets_copy / "metrics.json").read_text("utf-8") + "\n", "utf-8")
+    with pytest.raises(AssertionError, match="converted again"):
+        load(tickets_copy, runtime="onnx")
+    monkeypatch.undo()
+    load(tickets_copy, runtime="onnx")
+    assert [p.name for p in (tickets_copy / "runtimes").iterdir()] == [folder_version(tickets_copy)]
 
-def test_int8_runtime_quantizes_the_weights_and_keeps_the_predictions(folders, classifier):
-    from kformer import load
 
-    int8 = load(folders["tickets"], runtime="onnx-int8")
+def test_int8_runtime_quantizes_the_weights_and_keeps_the_predictions(tickets_copy, classifier):
+
+    int8 = load(tickets_copy, runtime="onnx-int8")
     assert int8.metadata()["runtime"] == "onnx-int8"
     exact, quantized = classifier.probabilities(TEXTS), int8.probabilities(TEXTS)
     assert not np.allclose(quantized, exact, atol=1e-6)  # 8-bit weights: not the float network
@@ -179,6 +207,7 @@ def test_translator_saved_model_encodes_steps_with_a_cache_and_decodes_greedily(
     ids = padded_sources(translator, SENTENCES[:3])
     generated = loaded.signatures["serving_default"](source_ids=tf.constant(ids))["target_ids"].numpy()
     assert translator.target_vocab.decode(generated) == translator.translate(SENTENCES[:3])
+    assert load(tmp_path / "sm").predict(SENTENCES) == translator.predict(SENTENCES)  # served from the export
 
 
 def test_translator_onnx_decodes_with_a_cache_and_the_reference_client_translates_as_kformer(
@@ -207,6 +236,10 @@ def test_translator_onnx_decodes_with_a_cache_and_the_reference_client_translate
 
     client = reference_client().OnnxTranslator(tmp_path / "onnx")
     assert client.translate(SENTENCES) == translator.translate(SENTENCES)
+    served = load(tmp_path / "onnx")  # what `kformer serve` does with an export folder
+    assert served.predict(SENTENCES) == translator.predict(SENTENCES)
+    with pytest.raises(Unsupported, match="greedily"):
+        served.predict(SENTENCES[:1], beam=2)
     # ... and it runs where kformer cannot be imported
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     run = subprocess.run([sys.executable, "-I", str(CLIENT), str(tmp_path / "onnx"), *SENTENCES[:2]], env=env,
@@ -218,7 +251,6 @@ def test_translator_onnx_decodes_with_a_cache_and_the_reference_client_translate
 def test_arithmetic_exports_solve_as_kformer_does(folders, tmp_path, eager_decoding):
     import tensorflow as tf
 
-    from kformer import load
 
     model = load(folders["arith"])
     problems = [(12, "+", 34), (99, "-", 5), (7, "+", 80), (0, "-", 99)]
@@ -234,7 +266,9 @@ def test_arithmetic_exports_solve_as_kformer_does(folders, tmp_path, eager_decod
     export(folders["arith"], tmp_path / "onnx", "onnx")
     decoder = reference_client().OnnxDecoder(tmp_path / "onnx")
     sources = [[int(i) for i in row if i] for row in model.format.encode_sources(problems)]
-    assert [model.format.decode_answer([*row, 3]) for row in decoder.decode(sources)] == expected
+    assert [model.format.decode_answer(row) for row in decoder.decode(sources)] == expected
+    for kind in ("sm", "onnx"):  # served from the export
+        assert load(tmp_path / kind).predict(["12+34", "99-5"]) == model.predict(["12+34", "99-5"])
 
 
 # --- bad input ------------------------------------------------------------------------------------

@@ -1,13 +1,11 @@
 """The models a service holds: each loaded, warmed and versioned; reloaded and swapped in safely.
 
-A model's version is a fingerprint of its folder's manifest and files (the first 12 hex digits
-of a SHA-256 over the top-level files' names and contents; pictures and ``training/`` are left
-out), so the same folder always reports the same version and a retrained one a new one.
+A model's version is a fingerprint of its folder's files (:func:`kformer.folders.folder_version`),
+so the same folder always reports the same version and a retrained one a new one.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import threading
@@ -18,26 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from kformer.errors import KformerError, ModelNotFound
+from kformer.folders import folder_version
 
 log = logging.getLogger("kformer.server")
 
 Loader = Callable[[Path], Any]  # folder -> TaskModel (kformer.tasks.load)
-SKIPPED_SUFFIXES = (".png", ".svg", ".jpg")
-
-
-def folder_version(folder: str | os.PathLike) -> str:
-    """The fingerprint of a model folder's manifest and files (12 hex digits)."""
-    digest = hashlib.sha256()
-    folder = Path(folder)
-    if not folder.is_dir():
-        return "0"
-    for path in sorted(folder.iterdir()):
-        if path.is_file() and not path.name.startswith(".") and path.suffix not in SKIPPED_SUFFIXES:
-            digest.update(path.name.encode() + b"\0")
-            with path.open("rb") as handle:
-                for chunk in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(chunk)
-    return digest.hexdigest()[:12]
 
 
 @dataclass(frozen=True)
