@@ -45,7 +45,8 @@ def register(commands, train_tasks) -> None:
     serve.add_argument("--max-batch", type=int, default=defaults.max_batch, metavar="N",
                        help=f"most instances per model call (default {defaults.max_batch})")
     serve.add_argument("--batch-wait-ms", type=float, default=defaults.batch_wait_ms, metavar="MS",
-                       help=f"how long a batch waits for more requests (default {defaults.batch_wait_ms:g})")
+                       help="how long a batch waits for more requests while they are arriving (default "
+                       f"{defaults.batch_wait_ms:g}: never; a batch is what queued while the previous call ran)")
     serve.add_argument("--no-batching", dest="batching", action="store_false",
                        help="one model call per request (for comparison)")
     serve.add_argument("--max-queue", type=int, default=defaults.max_queue, metavar="N",

@@ -6,6 +6,7 @@ so the same folder always reports the same version and a retrained one a new one
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import threading
@@ -21,6 +22,17 @@ from kformer.folders import folder_version
 log = logging.getLogger("kformer.server")
 
 Loader = Callable[[Path], Any]  # folder -> TaskModel (kformer.tasks.load)
+
+
+def settle_heap() -> None:
+    """Collect the garbage, then freeze what is left -- the loaded models, TensorFlow's and Keras'
+    millions of objects -- out of the garbage collector's sight (``gc.freeze``). Otherwise every
+    full collection walks that whole heap: 100-600 ms with the whole service stopped, several
+    times a minute under load (part of the ~270 ms p99 of BENCHMARKS.md "Serving"). Each load
+    unfreezes first, so what a reload left behind is collected then."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
 
 
 @dataclass(frozen=True)
@@ -110,6 +122,7 @@ class ModelRegistry:
                 served = self._load(name, preloaded=name in self._preloaded)
                 with self._lock:
                     slot.current, slot.error = served, None
+        settle_heap()
 
     def reload(self, name: str) -> tuple[Served, Served | None]:
         """Load ``name``'s folder again, warm it, swap it in; return ``(new, old)``.
@@ -133,6 +146,7 @@ class ModelRegistry:
                 raise
             with self._lock:
                 old, slot.current, slot.error = slot.current, served, None
+            settle_heap()
         log.info("model %s: version %s swapped in (was %s)", name, served.version, old.version if old else "none")
         return served, old
 

@@ -53,7 +53,10 @@ class KerasPredictor:
     max_batch = BATCH_BUCKETS[-1]  # the largest batch warmup compiles
 
     def __init__(self, model, kind: str):
+        from kformer.tasks.classify.batch_plan import CallCosts
+
         self.model, self.kind = model, kind
+        self.costs = CallCosts(pads_rows=True)  # a call runs at a compiled batch size: rows are padded up
         # kind "bert" on TensorFlow: the network as one graph of any (batch, width), built on first
         # use (any_shape; False: none on this backend)
         self.graph = None
@@ -108,9 +111,11 @@ class OnnxPredictor:
     max_batch = None
 
     def __init__(self, onnx_model: bytes, threads: int | None = None, name: str = "onnx"):
-        self.name = name
         from kformer.extras import require
+        from kformer.tasks.classify.batch_plan import CallCosts
 
+        self.name = name
+        self.costs = CallCosts(pads_rows=False)  # any batch size runs as it is
         require(f"the {name} runtime", "export", ("onnxruntime",), field="runtime")
         import onnxruntime as ort
 
@@ -118,6 +123,9 @@ class OnnxPredictor:
         if threads:
             options.intra_op_num_threads = int(threads)
             options.inter_op_num_threads = 1
+        # idle pool threads sleep instead of spinning: they would take the cores the service's
+        # event loop and inference thread need between calls
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(onnx_model, options, providers=["CPUExecutionProvider"])
         self.input = self.session.get_inputs()[0].name
 
