@@ -157,23 +157,17 @@ def train_tickets(minutes: float, out: Path) -> Path:
 
 def raw_throughput(classifier, texts: list[str], batch: int, seconds: float) -> float:
     """Texts/s of ``classifier``'s network alone on its runtime, on pre-tokenised batches of
-    ``batch`` (each trimmed to its width bucket and run as the classifier runs a batch)."""
-    import numpy as np
-
-    from kformer.data.batching import bucket_width
+    ``batch`` texts, each cut into calls as the classifier cuts a batch (:mod:`bench.serve_costs`)."""
+    from bench.serve_costs import run_network
 
     ids = classifier.features(texts)
-    lengths = (ids != 0).sum(axis=1)
-    batches = []
-    for start in range(0, len(ids) - batch + 1, batch):
-        width = bucket_width(int(max(1, lengths[start:start + batch].max())), ids.shape[1])
-        batches.append(np.ascontiguousarray(ids[start:start + batch, :width]))
+    batches = [ids[start:start + batch] for start in range(0, len(ids) - batch + 1, batch)]
     for chunk in batches[:3]:
-        classifier._probabilities_of_ids(chunk)  # any first-call cost outside the timing
+        run_network(classifier, chunk)  # any first-call cost outside the timing
     done, started = 0, time.perf_counter()
     while time.perf_counter() - started < seconds:
         for chunk in batches:
-            classifier._probabilities_of_ids(chunk)
+            run_network(classifier, chunk)
             done += len(chunk)
             if time.perf_counter() - started >= seconds:
                 break

@@ -24,19 +24,23 @@ def _cpu_ms(run, repeats: int) -> float:
     return 1000 * (time.process_time() - started) / repeats
 
 
+def run_network(classifier, ids) -> None:
+    """The network on pre-tokenised ``ids`` ``(batch, max_length)``, in the calls the classifier
+    cuts such a batch into (:func:`kformer.tasks.classify.batch_plan.plan`)."""
+    from kformer.tasks.classify.batch_plan import plan
+
+    for rows, width in plan((ids != 0).sum(axis=1), ids.shape[1], len(ids), classifier.predictor.costs):
+        classifier._probabilities_of_ids(ids[rows, :width])
+
+
 def parts(classifier, texts: list[str], bodies: list[bytes], batch: int, repeats: int = 20) -> dict[str, float]:
-    """CPU ms per request of each part, for requests of one text answered in batches of ``batch``."""
-    from kformer.data.batching import bucket_width
+    """CPU ms per request of each part, for requests of one text answered in batches of ``batch``
+    (the mean over consecutive batches of the texts)."""
     from kformer.server.validation import check_instances, check_parameters
 
-    chunk = texts[:batch]
-    answer = {"model": "tickets", "version": "0123456789ab", "predictions": classifier.predict(chunk[:1])}
-
-    def tokenise():
-        return classifier.features(chunk)
-
-    ids = tokenise()
-    ids = ids[:, : bucket_width(max(int((ids != 0).sum(axis=1).max()), 1), ids.shape[1])]
+    chunks = [texts[i:i + batch] for i in range(0, min(len(texts), 20 * batch) - batch + 1, batch)]
+    answer = {"model": "tickets", "version": "0123456789ab", "predictions": classifier.predict(texts[:1])}
+    ids = [classifier.features(chunk) for chunk in chunks]
 
     def validate():
         for body in bodies[:batch]:
@@ -44,16 +48,21 @@ def parts(classifier, texts: list[str], bodies: list[bytes], batch: int, repeats
             check_instances(data, 64, 10_000)
             classifier.check_parameters(check_parameters(data))
 
+    def each(run):
+        return lambda: [run(*item) for item in zip(chunks, ids, strict=True)]
+
+    per_request = len(chunks) * batch
     costs = {
         "JSON": _cpu_ms(lambda: [json.loads(body) for body in bodies[:batch]]
-                        + [json.dumps(answer, ensure_ascii=False) for _ in chunk], repeats) / batch,
+                        + [json.dumps(answer, ensure_ascii=False) for _ in range(batch)], repeats) / batch,
         "validation": _cpu_ms(validate, repeats) / batch,
-        "tokenising": _cpu_ms(tokenise, repeats) / batch,
-        "network": _cpu_ms(lambda: classifier._probabilities_of_ids(ids), repeats) / batch,
+        "tokenising": _cpu_ms(each(lambda chunk, _: classifier.features(chunk)), repeats) / per_request,
+        "network": _cpu_ms(each(lambda _, chunk_ids: run_network(classifier, chunk_ids)), repeats) / per_request,
     }
     if classifier.wide is not None:
-        costs["wide part"] = _cpu_ms(lambda: classifier.wide.part.probabilities(chunk), repeats) / batch
-    whole = _cpu_ms(lambda: classifier.predict(chunk), repeats) / batch
+        costs["wide part"] = _cpu_ms(each(lambda chunk, _: classifier.wide.part.probabilities(chunk)),
+                                     repeats) / per_request
+    whole = _cpu_ms(each(lambda chunk, _: classifier.predict(chunk)), repeats) / per_request
     costs["rest of predict"] = max(whole - costs["tokenising"] - costs["network"] - costs.get("wide part", 0.0), 0.0)
     return costs
 

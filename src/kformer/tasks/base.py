@@ -152,6 +152,27 @@ class TaskModel:
         raise Unsupported(f"models of task {self.task!r} cannot be exported", field="model_dir")
 
 
+class FromExport:
+    """What a task model loaded from an export folder (``kformer export``'s ``--out``) cannot do,
+    said once: mixed in before the task's model class (``class ExportedX(FromExport, X)``)."""
+
+    folder: Path
+
+    def attention_maps(self, text: str) -> AttentionMaps:
+        raise Unsupported("an export has no attention maps (they need the Keras network); serve the model folder",
+                          field="model_dir")
+
+    def export_plan(self) -> Plan:
+        raise Unsupported(f"{self.folder} is an export already", field="model_dir")
+
+    @staticmethod
+    def greedy_only(beam: int) -> None:
+        """Unsupported unless ``beam`` is 1: an export decodes greedily."""
+        if beam != 1:
+            raise Unsupported("an export decodes greedily (beam 1); serve the model folder for beam search",
+                              field="beam")
+
+
 # --- helpers the task modules share ---------------------------------------------------------------
 
 

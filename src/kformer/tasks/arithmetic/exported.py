@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from kformer.errors import Unsupported
 from kformer.tasks.arithmetic.model import ArithmeticModel, Problem
+from kformer.tasks.base import FromExport
 
 
-class ExportedArithmetic(ArithmeticModel):
+class ExportedArithmetic(FromExport, ArithmeticModel):
     """An arithmetic model answering from an export folder (see the module)."""
 
     def __init__(self, folder: Path, metadata: dict):
@@ -26,9 +26,7 @@ class ExportedArithmetic(ArithmeticModel):
         return {**super().metadata(), "export": self.manifest["format"]}
 
     def solve(self, problems: Sequence[str | Problem], *, beam: int = 1, batch_size: int = 1000) -> list[int | None]:
-        if beam != 1:
-            raise Unsupported("an export decodes greedily (beam 1); serve the model folder for beam search",
-                              field="beam")
+        self.greedy_only(beam)
         problems = self._problems([problems] if isinstance(problems, str) else problems)
         answers: list[int | None] = []
         for start in range(0, len(problems), max(int(batch_size), 1)):
@@ -36,13 +34,6 @@ class ExportedArithmetic(ArithmeticModel):
             generated = self.decoder.decode(sources, [self.manifest["max_target_length"]] * len(sources))
             answers.extend(self.format.decode_answer(row) for row in generated)
         return answers
-
-    def attention_maps(self, text: str):
-        raise Unsupported("an export has no attention maps (they need the Keras network); serve the model folder",
-                          field="model_dir")
-
-    def export_plan(self):
-        raise Unsupported(f"{self.folder} is an export already", field="model_dir")
 
     def warmup(self) -> None:
         self.solve([(1, self.format.ops[0], 1)])

@@ -17,12 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from kformer.errors import Unsupported
-from kformer.tasks.base import TaskModel, check_texts
+from kformer.tasks.base import FromExport, TaskModel, check_texts
 from kformer.tasks.classify.model import Classifier
 
 
-class ExportedClassifier(Classifier):
+class ExportedClassifier(FromExport, Classifier):
     """A classifier answering from an export folder (see the module)."""
 
     def __init__(self, folder: Path, metadata: dict):
@@ -94,13 +93,6 @@ class ExportedClassifier(Classifier):
 
     def network_probabilities(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
         return self.probabilities(texts, batch_size)  # the export's graph holds the whole classifier
-
-    def attention_maps(self, text: str):
-        raise Unsupported("an export has no attention maps (they need the Keras network); serve the model folder",
-                          field="model_dir")
-
-    def export_plan(self):
-        raise Unsupported(f"{self.folder} is an export already", field="model_dir")
 
     def warmup(self) -> None:
         self.probabilities(["warm up"])

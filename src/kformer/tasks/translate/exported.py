@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kformer.errors import Unsupported
+from kformer.tasks.base import FromExport
 from kformer.tasks.translate.model import Translator, load_vocabs
 
 
-class ExportedTranslator(Translator):
+class ExportedTranslator(FromExport, Translator):
     """A translator answering from an export folder (see the module)."""
 
     def __init__(self, folder: Path, metadata: dict):
@@ -45,9 +45,7 @@ class ExportedTranslator(Translator):
     def _decode(self, sources: list[list[int]], beam: int, batch_size: int, max_repeat: int) -> list[str]:
         from kformer.data.batching import length_bucketed_batches
 
-        if beam != 1:
-            raise Unsupported("an export decodes greedily (beam 1); serve the model folder for beam search",
-                              field="beam")
+        self.greedy_only(beam)
         results = [""] * len(sources)
         for batch in length_bucketed_batches([len(s) for s in sources], batch_size):
             rows = [sources[i] for i in batch]
@@ -55,13 +53,6 @@ class ExportedTranslator(Translator):
             for row, text in zip(batch, self.target_vocab.decode(generated), strict=True):
                 results[row] = text
         return results
-
-    def attention_maps(self, text: str):
-        raise Unsupported("an export has no attention maps (they need the Keras network); serve the model folder",
-                          field="model_dir")
-
-    def export_plan(self):
-        raise Unsupported(f"{self.folder} is an export already", field="model_dir")
 
     def warmup(self, beams: Sequence[int] = (1,)) -> None:
         self.translate(["warm up"])
