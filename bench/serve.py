@@ -15,8 +15,9 @@ thread). Load (:mod:`bench.serve_load`, one asyncio process; its CPU share is re
 * open loop: requests started at a fixed rate -- 50 % and 90 % of the naive mode's capacity (its
   best closed-loop requests/s) -- for ``--open-seconds``, latency counted from each scheduled start.
 
-Then the raw model on the same runtime (its network on pre-tokenised batches of 32, as
-``Classifier`` runs it), the service's requests/s at 64 clients as a share of it, and where a
+First the time a service takes to load the model on an ONNX runtime: converting its network, then
+reading the conversion back from the folder's ``runtimes/`` (a restart or reload). Then the raw
+model on the same runtime (its network on pre-tokenised batches of 32, as ``Classifier`` runs it), the service's requests/s at 64 clients as a share of it, and where a
 request's time goes: its CPU cost in the service (service CPU seconds / requests at 64 clients)
 against the costs of its parts measured alone in this process on the same texts and batch sizes --
 JSON (parsing the body, writing the answer), validation, tokenising, the wide n-gram part, the
@@ -174,6 +175,27 @@ def raw_throughput(classifier, texts: list[str], batch: int, seconds: float) -> 
     return done / (time.perf_counter() - started)
 
 
+def load_times(model: Path, work: Path, runtimes: list[str]) -> list[dict]:
+    """Seconds to load (and warm) a copy of ``model`` on each ONNX runtime: first converting its
+    network, then again -- a restart or a reload -- reading back the conversion kept in its
+    ``runtimes/`` folder (the service's start-up and reload before and after keeping it)."""
+    import shutil
+
+    from kformer.tasks import load
+
+    rows = []
+    for runtime in (r for r in runtimes if r != "keras"):
+        copy = work / f"load-{runtime}"
+        shutil.copytree(model, copy, ignore=shutil.ignore_patterns("runtimes", "training"))
+        for when in ("converting (before: every load)", "kept conversion (after: a restart or reload)"):
+            started = time.perf_counter()
+            load(copy, runtime=runtime).warmup()
+            rows.append({"runtime": runtime, "system": f"load and warm up, {when}",
+                         "seconds": time.perf_counter() - started})
+            print(rows[-1], flush=True)
+    return rows
+
+
 # --- main --------------------------------------------------------------------------------------------
 
 
@@ -243,7 +265,7 @@ def main() -> None:
     texts = [t for t in read_labelled(data / "test.csv.gz").texts if t.strip()][:5000]
     bodies = [json.dumps({"instances": [t[:10_000]]}).encode() for t in texts]
     runtimes, levels = args.runtimes.split(","), [int(n) for n in args.clients.split(",")]
-    rows, exits, notes = [], {}, [TARGETS]
+    rows, exits, notes = load_times(model, work, runtimes), {}, [TARGETS]
     for runtime in runtimes:
         measured, stopped = run_runtime(runtime, model, bodies, args, args.port, work)
         rows += measured

@@ -110,7 +110,7 @@ def config_from_args(args: argparse.Namespace):
         max_instances=args.max_instances, max_chars=args.max_chars, api_key_env=args.api_key_env,
         cors_origins=tuple(args.cors_origins), batching=args.batching, shutdown_grace_s=args.shutdown_grace_s,
         read_timeout_s=args.read_timeout_s,
-        access_log=args.access_log, runtime=args.runtime,
+        access_log=args.access_log, runtime=args.runtime, freeze_heap=True,
     )
 
 

@@ -35,6 +35,9 @@ class ServeConfig:
             ``onnx-int8`` (converted, then 8-bit weights); ``:explain`` still uses the Keras model
             (:mod:`kformer.tasks.classify.runtimes`). Models given already loaded keep the
             runtime they were loaded with.
+        freeze_heap: once the models are loaded (and after each reload), collect the garbage and
+            freeze the rest out of Python's garbage collector (:func:`kformer.server.registry.settle_heap`).
+            ``kformer serve`` turns it on; off in Python, where the process is the caller's.
     """
 
     host: str = "127.0.0.1"
@@ -53,6 +56,7 @@ class ServeConfig:
     read_timeout_s: float = 10.0
     access_log: bool = False
     runtime: str = "keras"
+    freeze_heap: bool = False
 
     def __post_init__(self) -> None:
         for spec in fields(self):

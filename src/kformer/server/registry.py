@@ -59,11 +59,13 @@ class ModelRegistry:
     """Name -> served model. Loads and warms outside the inference thread; swaps under a lock.
 
     ``sources`` maps names to model folders (loaded with ``loader``, which defaults to
-    :func:`kformer.tasks.load`) or to already loaded TaskModel objects.
+    :func:`kformer.tasks.load`) or to already loaded TaskModel objects. ``settle``:
+    :func:`settle_heap` after every load.
     """
 
-    def __init__(self, sources: Mapping[str, Any], loader: Loader | None = None):
+    def __init__(self, sources: Mapping[str, Any], loader: Loader | None = None, settle: bool = False):
         self._loader = loader
+        self._settle = settle  # settle_heap() after loading
         self._lock = threading.Lock()
         self._reload_lock = threading.Lock()  # one load at a time: they share the CPU with requests
         self._preloaded: dict[str, Any] = {}
@@ -122,7 +124,8 @@ class ModelRegistry:
                 served = self._load(name, preloaded=name in self._preloaded)
                 with self._lock:
                     slot.current, slot.error = served, None
-        settle_heap()
+        if self._settle:
+            settle_heap()
 
     def reload(self, name: str) -> tuple[Served, Served | None]:
         """Load ``name``'s folder again, warm it, swap it in; return ``(new, old)``.
@@ -146,7 +149,8 @@ class ModelRegistry:
                 raise
             with self._lock:
                 old, slot.current, slot.error = slot.current, served, None
-            settle_heap()
+            if self._settle:
+                settle_heap()
         log.info("model %s: version %s swapped in (was %s)", name, served.version, old.version if old else "none")
         return served, old
 

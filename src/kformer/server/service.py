@@ -33,7 +33,8 @@ class Service:
 
     def __init__(self, models: Mapping[str, Any], config: ServeConfig, loader: Loader | None = None):
         self.config = config
-        self.registry = ModelRegistry(models, loader or functools.partial(load_folder, runtime=config.runtime))
+        self.registry = ModelRegistry(models, loader or functools.partial(load_folder, runtime=config.runtime),
+                                      settle=config.freeze_heap)
         self.metrics = ServiceMetrics()
         self.worker = InferenceWorker(
             self._run,
