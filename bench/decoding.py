@@ -23,8 +23,15 @@ functions, compile included -- as ``bench.en_es`` times its decodes) and ``warm`
 ``--repeats`` interleaved calls). It also counts the sentences on which the compiled and the
 reference beam agree. The issue's target: beam 4 <= 2x greedy time.
 
+``--exported DIR`` (a trained kformer translate folder) exports it to ONNX and times greedy
+decoding of the same held-out sentences by the exported files -- ``docs/onnx_translate_client.py``:
+the encoder once, then one ``decoder_step.onnx`` call per token with the key/value cache, on ONNX
+Runtime -- against Keras' cached greedy (``Translator.translate``), both in batches of 64 sentences
+of similar length, tokenising included; it counts the sentences both translate alike.
+
     python -m bench.decoding [--model DIR] [--repeats 3]
     python -m bench.decoding --translator DIR [--sentences 200] [--repeats 3]
+    python -m bench.decoding --exported DIR [--sentences 200] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -128,17 +135,71 @@ def beam_over_greedy(folder: str, sentences: list[str], repeats: int, beam: int 
     return rows, f"compiled and reference beam {beam} agree on {same}/{len(sentences)} sentences"
 
 
+def exported_vs_keras(folder: str, sentences: list[str], repeats: int) -> tuple[list[dict], str]:
+    """Rows timing greedy decoding by the ONNX export (the reference client) and by Keras (cached)."""
+    import importlib.util
+    import tempfile
+    from pathlib import Path
+
+    from bench.harness import ROOT
+    from kformer.export import export
+    from kformer.tasks import translate
+
+    translator = translate.load(folder)
+    work = Path(tempfile.mkdtemp(prefix="kformer-bench-decoding-"))
+    export(folder, work / "onnx", "onnx")
+    spec = importlib.util.spec_from_file_location("client", ROOT / "docs" / "onnx_translate_client.py")
+    client = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(client)
+    onnx = client.OnnxTranslator(work / "onnx")
+    systems = {"Keras, cached greedy (Translator.translate)": translator.translate,
+               "ONNX Runtime, cached decoder step (docs/onnx_translate_client.py)": onnx.translate}
+    outputs = {name: run(sentences) for name, run in systems.items()}  # warm-up (Keras compiles its loop)
+
+    def timed(run):
+        def measure():
+            with Timer() as timer:
+                run(sentences)
+            return timer.seconds
+
+        return measure
+
+    seconds = interleaved_medians({name: timed(run) for name, run in systems.items()}, repeats=repeats)
+    keras_name = next(iter(systems))
+    keras_s = float(np.median(seconds[keras_name]))
+    rows = [{"system": name, "sentences": len(sentences), "seconds": float(np.median(seconds[name])),
+             "sentences_per_s": len(sentences) / float(np.median(seconds[name])),
+             "vs_keras": f"{keras_s / float(np.median(seconds[name])):.2f}×"} for name in systems]
+    keras_out, onnx_out = outputs.values()
+    same = sum(a == b for a, b in zip(keras_out, onnx_out, strict=True))
+    return rows, f"identical greedy translations: {same}/{len(sentences)}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", metavar="DIR", help="a trained kformer seq2seq model folder (default: build one)")
     parser.add_argument("--translator", metavar="DIR",
                         help="a trained kformer translate folder: time greedy vs beam 4 on held-out sentences instead")
-    parser.add_argument("--sentences", type=int, default=200, help="held-out sentences for --translator (default 200)")
+    parser.add_argument("--exported", metavar="DIR",
+                        help="a trained kformer translate folder: time its ONNX export's greedy decoding against "
+                        "Keras' cached greedy instead")
+    parser.add_argument("--sentences", type=int, default=200,
+                        help="held-out sentences for --translator / --exported (default 200)")
     parser.add_argument("--reference", action=argparse.BooleanOptionalAction, default=True,
                         help="with --translator, also time the step-by-step reference beam (default: on)")
     parser.add_argument("--repeats", type=int, default=2, help="timed repeats per setting (median reported)")
     parser.add_argument("--dry-run", action="store_true", help="print the table without adding it to BENCHMARKS.md")
     args = parser.parse_args()
+    if args.exported:
+        rows, note = exported_vs_keras(args.exported, held_out_sentences(args.sentences), args.repeats)
+        notes = f"Model: {args.exported}; batches of 64, tokenising included, greedy with kformer's repeat limit. {note}."
+        if args.dry_run:
+            from bench.harness import results_table
+
+            print(results_table(rows) + "\n\n" + notes)
+            return
+        record_results("Exported translator: ONNX greedy decoding vs Keras cached greedy", rows, notes=notes)
+        return
     if args.translator:
         rows, note = beam_over_greedy(args.translator, held_out_sentences(args.sentences), args.repeats,
                                       reference=args.reference)

@@ -1,17 +1,33 @@
-"""`kformer serve` under load: micro-batching vs a naive endpoint, the raw model's limit, a soak.
+"""`kformer serve` under load on both runtimes: the default (adaptive micro-batching) vs a naive
+endpoint, closed and open loop, against the raw model on the same runtime, and where the time goes.
 
     flock /tmp/kformer-bench.lock python -m bench.serve                  # trains the tickets model (~5 min)
     python -m bench.serve --model runs/tickets --seconds 20 --soak-seconds 600
+    python -m bench.serve --model runs/tickets --seconds 3 --open-seconds 3 --soak-seconds 0 --no-record  # smoke
 
-Two services run side by side on 127.0.0.1 with the same tickets classifier: `kformer serve`
-(micro-batching on) and `kformer serve --no-batching` (one model call per request; same app,
-same tokenising on the inference thread). For 1, 8, 32 and 64 concurrent clients each is driven
-for ``--seconds`` (at most ``--max-requests`` requests) by this one asyncio process -- a minimal
-keep-alive HTTP/1.1 client, so the load generator costs little; its CPU share is reported. Each
-request carries one ticket from the test split. Then the raw model on pre-tokenised batches (the
-limit), and a soak at 32 clients with the service's resident memory at start and end.
+For each runtime (``--runtimes keras,onnx``) two services run side by side on 127.0.0.1 with the
+same tickets classifier: `kformer serve --runtime R` (its defaults: micro-batching on) and the same
+with ``--no-batching`` (one model call per request; same app, same tokenising on the inference
+thread). Load (:mod:`bench.serve_load`, one asyncio process; its CPU share is reported):
 
-Run it on a quiet machine: the numbers are throughput on shared CPUs.
+* closed loop: 1, 8, 32 and 64 clients, each sending its next request when its answer is in, for
+  ``--seconds`` each; one request carries one ticket of the test split;
+* open loop: requests started at a fixed rate -- 50 % and 90 % of the naive mode's capacity (its
+  best closed-loop requests/s) -- for ``--open-seconds``, latency counted from each scheduled start.
+
+First the time a service takes to load the model on an ONNX runtime: converting its network, then
+reading the conversion back from the folder's ``runtimes/`` (a restart or reload). Then the raw
+model on the same runtime (its network on pre-tokenised batches of 32, as ``Classifier`` runs it), the service's requests/s at 64 clients as a share of it, and where a
+request's time goes: its CPU cost in the service (service CPU seconds / requests at 64 clients)
+against the costs of its parts measured alone in this process on the same texts and batch sizes --
+JSON (parsing the body, writing the answer), validation, tokenising, the wide n-gram part, the
+network -- the rest being HTTP (uvicorn, FastAPI, asyncio). Last a soak at ``--soak-clients`` on
+the default runtime with its resident memory at start and end.
+
+Targets: 0 errors; the default never worse than naive (requests/s >= naive's and p99 <= 1.2x
+naive's at 1, 8, 32 and 64 clients, on both runtimes); service >= 50 % of the raw model at 64
+clients; soak: 0 errors, memory flat. Run it on a quiet machine: the numbers are throughput on
+shared CPUs.
 """
 
 from __future__ import annotations
@@ -27,81 +43,17 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections import Counter
 from pathlib import Path
 
 from bench.harness import ROOT, record_results, require_shared_data
+from bench.serve_load import closed_loop, open_loop, percentile
 
-TARGETS = ("Targets: 0 errors at every level; micro-batching >= 3x the naive requests/s at 32 clients with p99 no "
-           "worse; service >= 50 % of the raw model's throughput at 64 clients; soak: 0 errors, memory flat.")
-
-
-# --- the load generator ------------------------------------------------------------------------------
-
-
-class Load:
-    """Results of one load level: latencies (s) of answered requests and statuses of all."""
-
-    def __init__(self) -> None:
-        self.latencies: list[float] = []
-        self.statuses: Counter = Counter()
-        self.sent = 0
-
-
-async def _client(host: str, port: int, bodies: list[bytes], offset: int, until: float, limit: int, load: Load) -> None:
-    """One keep-alive connection sending requests back to back until ``until`` or ``limit`` sent."""
-    reader = writer = None
-    i = offset
-    while time.perf_counter() < until and load.sent < limit:
-        load.sent += 1
-        body = bodies[i % len(bodies)]
-        i += 1
-        request = (f"POST /v1/models/tickets:predict HTTP/1.1\r\nHost: {host}:{port}\r\n"
-                   f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
-        started = time.perf_counter()
-        try:
-            if writer is None:
-                reader, writer = await asyncio.open_connection(host, port)
-            writer.write(request)
-            head = await reader.readuntil(b"\r\n\r\n")
-            status = int(head.split(b" ", 2)[1])
-            length = 0
-            for line in head.split(b"\r\n")[1:]:
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
-            await reader.readexactly(length)
-            if b"connection: close" in head.lower():
-                writer.close()
-                writer = None
-        except (OSError, asyncio.IncompleteReadError, ValueError, IndexError):
-            load.statuses["connection error"] += 1
-            if writer is not None:
-                writer.close()
-            writer = None
-            await asyncio.sleep(0.05)
-            continue
-        load.statuses[status] += 1
-        if status == 200:
-            load.latencies.append(time.perf_counter() - started)
-    if writer is not None:
-        writer.close()
-
-
-async def drive(port: int, bodies: list[bytes], clients: int, seconds: float, limit: int) -> tuple[Load, float]:
-    """``clients`` concurrent connections for ``seconds`` (at most ``limit`` requests); (results, wall s)."""
-    load = Load()
-    started = time.perf_counter()
-    until = started + seconds
-    await asyncio.gather(*(_client("127.0.0.1", port, bodies, c * 7919, until, limit, load) for c in range(clients)))
-    return load, time.perf_counter() - started
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
+TARGETS = ("Targets: 0 errors at every level; the default (micro-batching) never worse than naive -- requests/s >= "
+           "naive's and p99 <= 1.2x naive's at 1, 8, 32 and 64 closed-loop clients on both runtimes; service >= 50 % "
+           "of the raw model's throughput (same runtime) at 64 clients; soak: 0 errors, memory flat.")
+PATH = "/v1/models/tickets:predict"
+NOISE = 0.97  # the two modes run the same code at 1 client; repeats of one run differ by up to 3 %
+MODES = (("micro-batching", []), ("naive (--no-batching)", ["--no-batching"]))
 
 
 # --- the services ------------------------------------------------------------------------------------
@@ -162,17 +114,22 @@ class Service:
             return self.process.wait(10)
 
 
-def measure(service: Service, bodies: list[bytes], clients: int, seconds: float, limit: int) -> dict:
-    """One load level against ``service``: requests/s, latency percentiles, errors, batch size, CPU."""
+def measure(service: Service, bodies: list[bytes], seconds: float, limit: int, clients: int | None = None,
+            rate: float | None = None) -> dict:
+    """One load level against ``service``, closed loop (``clients``) or open loop (``rate``
+    requests/s): requests/s, latency percentiles, errors, batch size, CPU."""
     before_batches, before_cpu = service.batches(), service.cpu_seconds()
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    load, wall = asyncio.run(drive(service.port, bodies, clients, seconds, limit))
+    if rate is None:
+        load, wall = asyncio.run(closed_loop(service.port, PATH, bodies, clients, seconds, limit))
+    else:
+        load, wall = asyncio.run(open_loop(service.port, PATH, bodies, rate, seconds))
     used = resource.getrusage(resource.RUSAGE_SELF)
     after_batches, after_cpu = service.batches(), service.cpu_seconds()
     calls = after_batches[1] - before_batches[1]
     errors = {str(status): n for status, n in load.statuses.items() if status != 200}
     return {
-        "clients": clients,
+        **({"clients": clients} if rate is None else {"rate": round(rate)}),
         "requests": sum(load.statuses.values()),
         "req_per_s": load.statuses[200] / wall,
         "p50_ms": 1000 * percentile(load.latencies, 50),
@@ -200,109 +157,153 @@ def train_tickets(minutes: float, out: Path) -> Path:
     return out
 
 
-def raw_throughput(model_dir: Path, texts: list[str], batch: int, seconds: float) -> float:
-    """Texts/s of the model alone on pre-tokenised batches of ``batch`` (each trimmed to its width bucket)."""
-    import numpy as np
+def raw_throughput(classifier, texts: list[str], batch: int, seconds: float) -> float:
+    """Texts/s of ``classifier``'s network alone on its runtime, on pre-tokenised batches of
+    ``batch`` texts, each cut into calls as the classifier cuts a batch (:mod:`bench.serve_costs`)."""
+    from bench.serve_costs import run_network
 
-    from kformer.data.batching import bucket_width
-    from kformer.tasks import load
-
-    classifier = load(model_dir)
-    classifier.warmup()
     ids = classifier.features(texts)
-    lengths = (ids != 0).sum(axis=1)
-    batches = []
-    for start in range(0, len(ids) - batch + 1, batch):
-        width = bucket_width(int(max(1, lengths[start:start + batch].max())), ids.shape[1])
-        batches.append(np.ascontiguousarray(ids[start:start + batch, :width]))
+    batches = [ids[start:start + batch] for start in range(0, len(ids) - batch + 1, batch)]
     for chunk in batches[:3]:
-        classifier.model.predict_on_batch(chunk)  # any first-call cost outside the timing
+        run_network(classifier, chunk)  # any first-call cost outside the timing
     done, started = 0, time.perf_counter()
     while time.perf_counter() - started < seconds:
         for chunk in batches:
-            classifier.model.predict_on_batch(chunk)
+            run_network(classifier, chunk)
             done += len(chunk)
             if time.perf_counter() - started >= seconds:
                 break
     return done / (time.perf_counter() - started)
 
 
+def load_times(model: Path, work: Path, runtimes: list[str]) -> list[dict]:
+    """Seconds to load (and warm) a copy of ``model`` on each ONNX runtime: first converting its
+    network, then again -- a restart or a reload -- reading back the conversion kept in its
+    ``runtimes/`` folder (the service's start-up and reload before and after keeping it)."""
+    import shutil
+
+    from kformer.tasks import load
+
+    rows = []
+    for runtime in (r for r in runtimes if r != "keras"):
+        copy = work / f"load-{runtime}"
+        shutil.copytree(model, copy, ignore=shutil.ignore_patterns("runtimes", "training"))
+        for when in ("converting (before: every load)", "kept conversion (after: a restart or reload)"):
+            started = time.perf_counter()
+            load(copy, runtime=runtime).warmup()
+            rows.append({"runtime": runtime, "system": f"load and warm up, {when}",
+                         "seconds": time.perf_counter() - started})
+            print(rows[-1], flush=True)
+    return rows
+
+
 # --- main --------------------------------------------------------------------------------------------
+
+
+def run_runtime(runtime: str, model: Path, bodies: list[bytes], args, port: int, work: Path) -> tuple[list[dict], dict]:
+    """Closed- and open-loop rows of both modes on ``runtime``; also the services' exit codes."""
+    services = {name: Service(model, port + i, ["--runtime", runtime, *extra], work / f"{runtime}-{i}.log")
+                for i, (name, extra) in enumerate(MODES)}
+    rows, exits = [], {}
+    try:
+        for service in services.values():
+            service.wait_ready()
+        for clients in [int(n) for n in args.clients.split(",")]:
+            for name, service in services.items():
+                rows.append({"runtime": runtime, "system": name, "loop": "closed",
+                             **measure(service, bodies, args.seconds, args.max_requests, clients=clients)})
+                print(rows[-1], flush=True)
+        capacity = max(r["req_per_s"] for r in rows if r["system"] == MODES[1][0])
+        for share in (0.5, 0.9):
+            for name, service in services.items():
+                row = measure(service, bodies, args.open_seconds, args.max_requests, rate=share * capacity)
+                rows.append({"runtime": runtime, "system": name, "loop": f"open, {share:.0%} of naive capacity", **row})
+                print(rows[-1], flush=True)
+    finally:
+        for name, service in services.items():
+            exits[f"{runtime} {name}"] = service.stop()
+    return rows, exits
+
+
+def verdicts(rows: list[dict], runtimes: list[str], levels: list[int]) -> list[str]:
+    """One line per runtime: is the default never worse than naive (closed loop)?"""
+    lines = []
+    by = {(r["runtime"], r["system"], r.get("clients")): r for r in rows if r.get("loop") == "closed"}
+    for runtime in runtimes:
+        checks = []
+        for clients in levels:
+            on, off = by.get((runtime, MODES[0][0], clients)), by.get((runtime, MODES[1][0], clients))
+            if on and off:
+                rate, tail = on["req_per_s"] / off["req_per_s"], on["p99_ms"] / off["p99_ms"]
+                verdict = "" if rate >= 1 and tail <= 1.2 else (
+                    " (within the 3 % a repeat of the same run differs by)" if rate >= NOISE and tail <= 1.2 else " (WORSE)")
+                checks.append(f"{clients}: {rate:.2f}x req/s, p99 {tail:.2f}x{verdict}")
+        lines.append(f"{runtime}, default vs naive by clients: " + "; ".join(checks) + ".")
+    return lines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, help="a trained tickets model folder (default: train one)")
     parser.add_argument("--train-minutes", type=float, default=5.0, help="training budget without --model")
-    parser.add_argument("--clients", default="1,8,32,64", help="concurrency levels (default 1,8,32,64)")
-    parser.add_argument("--seconds", type=float, default=20.0, help="seconds per level and mode (default 20)")
+    parser.add_argument("--runtimes", default="onnx,keras", help="runtimes to serve on (default onnx,keras)")
+    parser.add_argument("--clients", default="1,8,32,64", help="closed-loop concurrency levels (default 1,8,32,64)")
+    parser.add_argument("--seconds", type=float, default=20.0, help="seconds per closed-loop level and mode (default 20)")
+    parser.add_argument("--open-seconds", type=float, default=20.0, help="seconds per open-loop rate and mode")
     parser.add_argument("--max-requests", type=int, default=100_000, help="most requests per level and mode")
-    parser.add_argument("--soak-seconds", type=float, default=600.0, help="soak length at --soak-clients (default 600)")
+    parser.add_argument("--soak-seconds", type=float, default=600.0, help="soak length at --soak-clients (0: none)")
     parser.add_argument("--soak-clients", type=int, default=32)
     parser.add_argument("--port", type=int, default=8731, help="first of the two ports used on 127.0.0.1")
     parser.add_argument("--no-record", action="store_true", help="print the table; do not append to BENCHMARKS.md")
     args = parser.parse_args()
 
+    from bench.serve_costs import costs_per_request
     from kformer.data.readers import read_labelled
+    from kformer.tasks import load
 
     work = Path(tempfile.mkdtemp(prefix="kformer-bench-serve-"))
     model = args.model or train_tickets(args.train_minutes, work / "tickets")
     data = require_shared_data("it-service-tickets")
     texts = [t for t in read_labelled(data / "test.csv.gz").texts if t.strip()][:5000]
     bodies = [json.dumps({"instances": [t[:10_000]]}).encode() for t in texts]
-    levels = [int(n) for n in args.clients.split(",")]
-
-    print("+ raw model throughput on pre-tokenised batches of 32", flush=True)
-    raw = raw_throughput(model, texts, 32, seconds=max(5.0, args.seconds))
-
-    batched = Service(model, args.port, [], work / "batched.log")
-    naive = Service(model, args.port + 1, ["--no-batching"], work / "naive.log")
-    rows, soak = [], {}
-    try:
-        batched.wait_ready()
-        naive.wait_ready()
-        for clients in levels:
-            for name, service in (("micro-batching", batched), ("naive (--no-batching)", naive)):
-                row = {"system": name, **measure(service, bodies, clients, args.seconds, args.max_requests)}
-                print(row, flush=True)
-                rows.append(row)
-        naive.stop()
-        print(f"+ soak: {args.soak_clients} clients for {args.soak_seconds:g} s", flush=True)
-        rss_start = batched.rss_mib()
-        soak_row = measure(batched, bodies, args.soak_clients, args.soak_seconds, 10**9)
-        soak = {"rss_start_mib": rss_start, "rss_end_mib": batched.rss_mib(), **soak_row}
-        print(soak, flush=True)
-    finally:
-        exits = {"batched": batched.stop(), "naive": naive.stop() if naive.process.poll() is None else naive.process.poll()}
-
-    rows.append({"system": "raw model, pre-tokenised batches of 32", "req_per_s": raw})
-    rows.append({"system": f"soak ({args.soak_seconds:g} s)", **{k: v for k, v in soak.items() if "rss" not in k}})
-    by = {(row["system"], row.get("clients")): row for row in rows}
-
-    def rps(system: str, clients: int) -> float | None:
-        row = by.get((system, clients))
-        return row["req_per_s"] if row else None
-
-    lines = [TARGETS]
-    if rps("micro-batching", 32) and rps("naive (--no-batching)", 32):
-        on, off = by[("micro-batching", 32)], by[("naive (--no-batching)", 32)]
-        lines.append(f"Measured at 32 clients: micro-batching {on['req_per_s'] / off['req_per_s']:.2f}x the naive "
-                     f"requests/s; p99 {on['p99_ms']:.0f} ms vs {off['p99_ms']:.0f} ms.")
-    if rps("micro-batching", 64):
-        lines.append(f"At 64 clients the service reaches {100 * rps('micro-batching', 64) / raw:.0f} % of the raw "
-                     f"model's {raw:,.0f} texts/s.")
-    if soak:
-        lines.append(f"Soak: {soak['requests']} requests, errors {soak['errors']}, service RSS "
-                     f"{soak['rss_start_mib']:.0f} MiB at start, {soak['rss_end_mib']:.0f} MiB at end.")
-    lines.append(f"Services exited with {exits} after SIGTERM. Model: {model}. One request = one ticket; "
+    runtimes, levels = args.runtimes.split(","), [int(n) for n in args.clients.split(",")]
+    rows, exits, notes = load_times(model, work, runtimes), {}, [TARGETS]
+    for runtime in runtimes:
+        measured, stopped = run_runtime(runtime, model, bodies, args, args.port, work)
+        rows += measured
+        exits.update(stopped)
+        classifier = load(model, runtime=runtime)
+        classifier.warmup()
+        print(f"+ raw model on {runtime}, pre-tokenised batches of 32", flush=True)
+        raw = raw_throughput(classifier, texts, 32, seconds=max(5.0, args.seconds))
+        rows.append({"runtime": runtime, "system": "raw model, pre-tokenised batches of 32", "req_per_s": raw})
+        top = next((r for r in measured if r["system"] == MODES[0][0] and r.get("clients") == max(levels)), None)
+        if top:
+            notes.append(f"{runtime}: at {max(levels)} clients the service reaches "
+                         f"{100 * top['req_per_s'] / raw:.0f} % of the raw model's {raw:,.0f} texts/s on {runtime}. "
+                         + costs_per_request(classifier, texts, bodies, top))
+        del classifier
+    notes += verdicts(rows, runtimes, levels)
+    if args.soak_seconds > 0:
+        soak = Service(model, args.port, ["--runtime", runtimes[0]], work / "soak.log")
+        try:
+            soak.wait_ready()
+            print(f"+ soak: {args.soak_clients} clients for {args.soak_seconds:g} s", flush=True)
+            rss_start = soak.rss_mib()
+            row = measure(soak, bodies, args.soak_seconds, 10**9, clients=args.soak_clients)
+            rows.append({"runtime": runtimes[0], "system": f"soak ({args.soak_seconds:g} s)", "loop": "closed", **row})
+            notes.append(f"Soak: {row['requests']} requests, errors {row['errors']}, service RSS {rss_start:.0f} MiB "
+                         f"at start, {soak.rss_mib():.0f} MiB at end.")
+        finally:
+            exits["soak"] = soak.stop()
+    notes.append(f"Services exited with {exits} after SIGTERM. Model: {model}. One request = one ticket; "
                  "load_cpu_% = this load process's CPU (100 = one core); service_cpu_% = the service's.")
-    notes = "\n\n".join(lines)
     if args.no_record:
         from bench.harness import results_table
 
-        print(results_table(rows) + "\n\n" + notes)
+        print(results_table(rows) + "\n\n" + "\n\n".join(notes))
     else:
-        record_results("Serving: kformer serve, micro-batching vs naive", rows, notes)
+        record_results("Serving: kformer serve, micro-batching vs naive", rows, "\n\n".join(notes))
 
 
 if __name__ == "__main__":

@@ -63,6 +63,12 @@ def test_calibrated_folder_routes_low_confidence_texts_to_unknown_by_default(tmp
     assert not any(r["unknown"] for r in classifier.predict(texts, threshold=0.0))
     assert set(classifier.labels) == set(TICKET_QUEUES)
 
+    # its exports give the same probabilities and carry the threshold (metadata) a client routes by
+    from export_helpers import check_classifier_exports
+
+    metadata = check_classifier_exports(out, texts[55:65], tmp_path / "exports")
+    assert metadata["onnx"]["threshold"] == manifest["threshold"] and metadata["onnx"]["unknown_label"] == "unknown"
+
 
 def test_without_calibrate_unseen_validation_labels_are_still_refused(tmp_path):
     from kformer.errors import BadInput

@@ -83,6 +83,13 @@ def test_train_with_bigrams_and_windows_then_predict(tmp_path):
     assert maps.maps["encoder"].shape == (1, 2, 8, 8)  # the first window of 8 tokens
     assert maps.rows["encoder"] == ["my", "laptop", "screen", "[UNK]", "[UNK]", "my", "laptop", "screen"]  # is, broken: unseen
 
+    # a recipe folder exports: word pairs tokenised in the graph too (the SavedModel's texts signature)
+    from export_helpers import check_classifier_exports
+
+    metadata = check_classifier_exports(out, [*texts, "", "vpn vpn laptop, Refund!"], tmp_path / "exports")
+    assert metadata["saved_model"]["tokenizer"]["word_pairs"] is True
+    assert set(metadata["saved_model"]["signatures"]) == {"serving_default", "texts"}
+
 
 @pytest.mark.parametrize("setting", ["ngrams = 3", "window = -1", 'ngrams = 2\ntokenizer = "wordpiece"'])
 def test_bad_long_text_settings_are_refused(tmp_path, setting, capsys):

@@ -1,7 +1,7 @@
 """The wide n-gram part of a classifier (kformer.tasks.classify.wide, .wide_fit): fitted alone it saves and
 loads without pickle to the same probabilities; in a model folder the classifier's probabilities
 are the mix of the network's and the wide part's by the weight chosen on validation; ``auto``
-turns it on for networks learned from scratch only; export refuses such a folder."""
+turns it on for networks learned from scratch only; such a folder exports with the part in the graph."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from conftest import write_tickets
 
 from kformer.config import make_config
-from kformer.errors import CorruptModel, Unsupported
+from kformer.errors import CorruptModel
 from kformer.tasks import classify
 from kformer.tasks.classify import ClassifyConfig, network
 from kformer.tasks.classify import wide_fit as classify_wide
@@ -292,14 +292,16 @@ def test_a_folder_from_before_the_geometric_mix_still_mixes_linearly(wide_folder
         load_mix(folder, {**entry, "rule": "max"}, labels)
 
 
-def test_export_refuses_a_folder_with_a_wide_part(wide_folder, tmp_path, capsys):
-    from kformer.cli import main
-    from kformer.export import export
+def test_the_default_classifier_exports_with_its_wide_part_in_the_graph(wide_folder, tmp_path, capsys):
+    """``auto`` turned the wide part on: both exports carry it (and its mix) and give predict's answers."""
+    from export_helpers import check_classifier_exports
 
-    folder, _, _ = wide_folder
-    with pytest.raises(Unsupported, match="wide n-gram part .* retrain with --no-wide"):
-        export(folder, tmp_path / "out")
-    assert main(["export", str(folder), "--out", str(tmp_path / "out2")]) == 5
-    err = capsys.readouterr().err
-    assert "--no-wide" in err and err.count("\n") == 1
-    assert not (tmp_path / "out").exists() and not (tmp_path / "out2").exists()
+    from kformer.cli import main
+
+    folder, _, test = wide_folder
+    texts = [*classify.as_labelled(str(test)).texts[:12], "", "Refund my INVOICE, please!\tcafé <br /> 12 ab_c",
+             "x " * 30 + "battery laptop"]
+    metadata = check_classifier_exports(folder, texts, tmp_path)
+    assert metadata["onnx"]["wide"]["weight"] == json.loads((folder / "kformer.json").read_text("utf-8"))["wide"]["weight"]
+    assert main(["export", str(folder), "--format", "onnx", "--out", str(tmp_path / "cli")]) == 0
+    assert "model.onnx: token_ids, texts -> probabilities, labels" in capsys.readouterr().out

@@ -4,12 +4,14 @@ runtime, and bad input. The tiny models are the serving tests' (trained once per
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from kformer import load
 from kformer.cli import main
-from kformer.errors import BadInput, ModelNotFound
+from kformer.errors import BadInput, ModelNotFound, Unsupported
 from kformer.export import export
 
 TEXTS = ["my laptop screen is broken", "Refund my INVOICE, please!", "", "password locked <br /> café vpn",
@@ -23,14 +25,12 @@ def folders(tiny_models):
 
 @pytest.fixture(scope="module")
 def classifier(folders):
-    from kformer import load
 
     return load(folders["tickets"])
 
 
 @pytest.fixture(scope="module")
 def translator(folders):
-    from kformer import load
 
     return load(folders["en-ta"])
 
@@ -44,27 +44,17 @@ def padded_sources(translator, texts):
 # --- classifier -----------------------------------------------------------------------------------
 
 
-def test_classifier_saved_model_matches_keras_for_ids_and_raw_texts(folders, classifier, tmp_path):
-    import tensorflow as tf
+def test_classifier_exports_match_keras_for_ids_and_raw_texts(folders, classifier, tmp_path):
+    from export_helpers import check_classifier_exports
 
-    result = export(folders["tickets"], tmp_path / "sm", "saved_model")
-    out = tmp_path / "sm"
+    metadata = check_classifier_exports(folders["tickets"], TEXTS, tmp_path)["saved_model"]
+    out = tmp_path / "saved_model"
     assert (out / "labels.txt").read_text(encoding="utf-8").splitlines() == classifier.labels
     assert (out / "vocab.txt").read_text(encoding="utf-8").splitlines() == classifier.tokenizer.get_vocabulary()
-    metadata = json.loads((out / "metadata.json").read_text(encoding="utf-8"))
-    assert metadata == json.loads(json.dumps(result.metadata))
     assert set(metadata["signatures"]) == {"serving_default", "texts"}
     assert metadata["signatures"]["texts"]["outputs"]["labels"]["dtype"] == "string"
+    assert metadata["tokenizer"]["kind"] == "word" and metadata["wide"] is None and metadata["threshold"] is None
     assert "token_ids" in (out / "README.txt").read_text(encoding="utf-8")
-
-    loaded = tf.saved_model.load(str(out / "1"))
-    expected = classifier.probabilities(TEXTS)
-    by_ids = loaded.signatures["serving_default"](token_ids=tf.constant(classifier.features(TEXTS)))
-    np.testing.assert_allclose(by_ids["probabilities"].numpy(), expected, atol=1e-5)
-    by_texts = loaded.signatures["texts"](texts=tf.constant(TEXTS))
-    np.testing.assert_allclose(by_texts["probabilities"].numpy(), expected, atol=1e-5)
-    labels = [label.decode() for label in by_texts["labels"].numpy()]
-    assert labels == [p["label"] for p in classifier.predict(TEXTS)]
 
 
 def test_graph_word_tokenizer_gives_the_python_tokenizers_ids():
@@ -77,10 +67,12 @@ def test_graph_word_tokenizer_gives_the_python_tokenizers_ids():
     vocabulary = [*RESERVED_TOKENS, "the", "laptop", "cafe", "!", "?", "screen", "12", "_x", "ு", "日本語"]
     texts = ["The laptop!! screen", "", "  ", "Café<br />CAFE?", "über_x 12 naïve", "தமிழ் ok", "a\u00a0b\u2003c",
              "x" * 600, " ".join(["the", "laptop", "screen", "cafe"] * 5), "日本語 the", "½ ² Ⅻ"]
+    pairs = [*vocabulary, "the laptop", "laptop screen", "cafe cafe", "screen cafe"]  # a word-pair vocabulary
     for truncation in ("head", "tail", "head_tail"):
-        expected = encode(WordTokenizer(vocabulary, 8, truncation), texts)
-        got = GraphWordTokenizer(vocabulary, 8, truncation)(tf.constant(texts)).numpy()
-        np.testing.assert_array_equal(got, expected, err_msg=truncation)
+        for words in (vocabulary, pairs):
+            expected = encode(WordTokenizer(words, 8, truncation), texts)
+            got = GraphWordTokenizer(words, 8, truncation)(tf.constant(texts)).numpy()
+            np.testing.assert_array_equal(got, expected, err_msg=truncation)
 
 
 def test_classifier_onnx_through_the_cli_matches_keras(folders, classifier, tmp_path, capsys):
@@ -89,7 +81,7 @@ def test_classifier_onnx_through_the_cli_matches_keras(folders, classifier, tmp_
     out = tmp_path / "onnx"
     assert main(["export", str(folders["tickets"]), "--format", "onnx", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "model.onnx: token_ids -> probabilities" in printed
+    assert "model.onnx: token_ids -> probabilities, labels" in printed
     assert sorted(p.name for p in out.iterdir()) == ["README.txt", "labels.txt", "metadata.json", "model.onnx",
                                                       "vocab.txt"]
     session = ort.InferenceSession(str(out / "model.onnx"))
@@ -103,36 +95,65 @@ def test_classifier_onnx_through_the_cli_matches_keras(folders, classifier, tmp_
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging left
 
 
-def test_onnx_runtime_serves_the_same_predictions(folders, classifier):
+@pytest.fixture(scope="module")
+def tickets_copy(folders, tmp_path_factory):
+    """A copy of the tiny classifier's folder: the onnx runtimes keep their conversion in it."""
+    import shutil
+
+    out = tmp_path_factory.mktemp("copy") / "tickets"
+    shutil.copytree(folders["tickets"], out)
+    return out
+
+
+def test_onnx_runtime_converts_once_per_folder_version_and_serves_the_same_predictions(
+        tickets_copy, classifier, tmp_path, monkeypatch):
     import asyncio
 
     from test_server_api import serving
 
-    from kformer import load
+    from kformer.folders import folder_version
+    from kformer.models import export_plan
     from kformer.server import ServeConfig
 
-    onnx = load(folders["tickets"], runtime="onnx")
-    assert onnx.metadata()["runtime"] == "onnx" and classifier.metadata()["runtime"] == "keras"
+    onnx = load(tickets_copy, runtime="onnx")
+    kept = tickets_copy / "runtimes" / folder_version(tickets_copy) / "network.onnx"
+    assert kept.is_file() and onnx.metadata()["runtime"] == "onnx" and classifier.metadata()["runtime"] == "keras"
     np.testing.assert_allclose(onnx.probabilities(TEXTS), classifier.probabilities(TEXTS), atol=1e-4)
     assert onnx.attention_maps(TEXTS[0]).maps["encoder"].shape[:2] == (1, 2)  # still the Keras network
+    export(tickets_copy, tmp_path / "export", "onnx")
+
+    def no_conversion(*args, **kwargs):
+        raise AssertionError("converted again")
+
+    monkeypatch.setattr(export_plan, "onnx_file", no_conversion)  # from here on nothing may convert
 
     async def ask():
-        async with serving({"tickets": folders["tickets"]}, ServeConfig(runtime="onnx")) as (client, _):
-            answer = await client.post("/v1/models/tickets:predict", json={"instances": TEXTS[:2]})
+        models = {"tickets": tickets_copy, "exported": tmp_path / "export"}  # a model folder and an export folder
+        async with serving(models, ServeConfig(runtime="onnx")) as (client, _):
+            answers = [(await client.post(f"/v1/models/{name}:predict", json={"instances": TEXTS[:2]})).json()
+                       for name in models]
             metadata = await client.get("/v1/models/tickets/metadata")
-            return answer.json(), metadata.json()
+            return answers, metadata.json()
 
-    answer, metadata = asyncio.run(ask())
+    answers, metadata = asyncio.run(ask())  # a restart: the kept conversion is read back
     assert metadata["runtime"] == "onnx"
-    assert [p["label"] for p in answer["predictions"]] == [p["label"] for p in classifier.predict(TEXTS[:2])]
+    for answer in answers:
+        assert [p["label"] for p in answer["predictions"]] == [p["label"] for p in classifier.predict(TEXTS[:2])]
     with pytest.raises(BadInput, match="runtime"):
         ServeConfig(runtime="tflite")
 
+    # a changed folder (retrained) is another version: converted again, the old conversion removed
+    (tickets_copy / "metrics.json").write_text((tickets_copy / "metrics.json").read_text("utf-8") + "\n", "utf-8")
+    with pytest.raises(AssertionError, match="converted again"):
+        load(tickets_copy, runtime="onnx")
+    monkeypatch.undo()
+    load(tickets_copy, runtime="onnx")
+    assert [p.name for p in (tickets_copy / "runtimes").iterdir()] == [folder_version(tickets_copy)]
 
-def test_int8_runtime_quantizes_the_weights_and_keeps_the_predictions(folders, classifier):
-    from kformer import load
 
-    int8 = load(folders["tickets"], runtime="onnx-int8")
+def test_int8_runtime_quantizes_the_weights_and_keeps_the_predictions(tickets_copy, classifier):
+
+    int8 = load(tickets_copy, runtime="onnx-int8")
     assert int8.metadata()["runtime"] == "onnx-int8"
     exact, quantized = classifier.probabilities(TEXTS), int8.probabilities(TEXTS)
     assert not np.allclose(quantized, exact, atol=1e-6)  # 8-bit weights: not the float network
@@ -142,12 +163,28 @@ def test_int8_runtime_quantizes_the_weights_and_keeps_the_predictions(folders, c
 
 # --- translate and arithmetic ---------------------------------------------------------------------
 
+CLIENT = Path(__file__).resolve().parents[1] / "docs" / "onnx_translate_client.py"
+SENTENCES = ["one two", "three", "seven nine five", "", "ten ten ten ten ten ten ten", "Eight,  SIX"]
 
-def test_translator_saved_model_encoder_decoder_step_and_greedy(folders, translator, tmp_path, eager_decoding):
+
+def reference_client():
+    """docs/onnx_translate_client.py as a module (it imports no kformer)."""
+    from export_helpers import docs_module
+
+    return docs_module("onnx_translate_client")
+
+
+def keras_steps(model, source, tokens):
+    """Keras' cached decoder: the logits after each of ``tokens`` (``(B, steps)``)."""
+    from kformer.models.generation import CachedStepper
+
+    stepper = CachedStepper(model, source, model.max_target_length)
+    return [np.asarray(stepper.next_logits(tokens[:, i:i + 1])) for i in range(tokens.shape[1])]
+
+
+def test_translator_saved_model_encodes_steps_with_a_cache_and_decodes_greedily(folders, translator, tmp_path,
+                                                                                  eager_decoding):
     import tensorflow as tf
-
-    from kformer.layers import padding_mask
-    from kformer.models.generation import greedy_decode
 
     export(folders["en-ta"], tmp_path / "sm")
     assert (tmp_path / "sm" / "vocab.spm").is_file()
@@ -155,55 +192,83 @@ def test_translator_saved_model_encoder_decoder_step_and_greedy(folders, transla
     assert set(loaded.signatures) == {"serving_default", "encode", "decode_step"}
     model = translator.model
     source = padded_sources(translator, ["one two", "three", "seven nine"])
-    encoded, _ = model.encode(source, training=False)
-    got = loaded.signatures["encode"](source_ids=tf.constant(source))["encoder_outputs"].numpy()
-    np.testing.assert_allclose(got, np.asarray(encoded), atol=1e-5)
-    target_in = np.array([[2, 5, 9], [2, 7, 0], [2, 4, 4]], dtype="int32")[:, :2]
-    expected = model.decode(target_in, encoded, padding_mask(source), training=False)[:, -1, :]
-    step = loaded.signatures["decode_step"](target_in=tf.constant(target_in), encoder_outputs=tf.constant(got),
-                                            source_ids=tf.constant(source))["logits"].numpy()
-    np.testing.assert_allclose(step, np.asarray(expected), atol=1e-5)
+    encoded = loaded.signatures["encode"](source_ids=tf.constant(source))
+    np.testing.assert_allclose(encoded["encoder_outputs"].numpy(), np.asarray(model.encode(source, training=False)[0]),
+                               atol=1e-5)
+    tokens = np.array([[2, 5, 9], [2, 7, 7], [2, 4, 4]], dtype="int32")
+    cache = np.zeros((3, 1, 2, model.max_target_length, 2, 16), dtype="float32")
+    for index, expected in enumerate(keras_steps(model, source, tokens)):
+        step = loaded.signatures["decode_step"](token=tf.constant(tokens[:, index:index + 1]), index=tf.constant(index),
+                                                self_cache=tf.constant(cache), cross_cache=encoded["cross_cache"],
+                                                source_ids=tf.constant(source))
+        np.testing.assert_allclose(step["logits"].numpy(), expected, atol=1e-5)
+        cache = step["new_self_cache"].numpy()
 
-    generated = loaded.signatures["serving_default"](source_ids=tf.constant(source))["target_ids"].numpy()
-    reference = greedy_decode(model, source, model.max_target_length)
-    np.testing.assert_array_equal(generated[:, : reference.shape[1]], reference)
-    assert (generated[:, reference.shape[1]:] == 0).all()
+    ids = padded_sources(translator, SENTENCES[:3])
+    generated = loaded.signatures["serving_default"](source_ids=tf.constant(ids))["target_ids"].numpy()
+    assert translator.target_vocab.decode(generated) == translator.translate(SENTENCES[:3])
+    assert load(tmp_path / "sm").predict(SENTENCES) == translator.predict(SENTENCES)  # served from the export
 
 
-def test_translator_onnx_encoder_and_decoder_step(folders, translator, tmp_path):
+def test_translator_onnx_decodes_with_a_cache_and_the_reference_client_translates_as_kformer(
+        folders, translator, tmp_path, eager_decoding):
+    import os
+    import subprocess
+    import sys
+
     import onnxruntime as ort
-
-    from kformer.layers import padding_mask
 
     result = export(folders["en-ta"], tmp_path / "onnx", "onnx")
     assert result.metadata["files"] == ["encoder.onnx", "decoder_step.onnx"]
+    assert result.metadata["greedy"]["max_repeat"] == 3 and result.metadata["decode_length"] == translator.decode_length
     model = translator.model
     source = padded_sources(translator, ["one two", "three"])
     encoder = ort.InferenceSession(str(tmp_path / "onnx" / "encoder.onnx"))
     step = ort.InferenceSession(str(tmp_path / "onnx" / "decoder_step.onnx"))
-    encoded = encoder.run(None, {"source_ids": source})[0]
+    encoded, cross = encoder.run(None, {"source_ids": source})
     np.testing.assert_allclose(encoded, np.asarray(model.encode(source, training=False)[0]), atol=1e-4)
-    target_in = np.array([[2, 6, 8], [2, 5, 5]], dtype="int32")
-    logits = step.run(None, {"target_in": target_in, "encoder_outputs": encoded, "source_ids": source})[0]
-    expected = model.decode(target_in, encoded, padding_mask(source), training=False)[:, -1, :]
-    np.testing.assert_allclose(logits, np.asarray(expected), atol=1e-4)
+    tokens = np.array([[2, 6, 8, 8], [2, 5, 5, 9]], dtype="int32")
+    cache = np.zeros((2, 1, 2, 12, 2, 16), dtype="float32")  # any length that holds the steps
+    for index, expected in enumerate(keras_steps(model, source, tokens)):
+        logits, cache = step.run(None, {"token": tokens[:, index:index + 1], "index": np.array(index, dtype="int32"),
+                                        "self_cache": cache, "cross_cache": cross, "source_ids": source})
+        np.testing.assert_allclose(logits, expected, atol=1e-4)
+
+    client = reference_client().OnnxTranslator(tmp_path / "onnx")
+    assert client.translate(SENTENCES) == translator.translate(SENTENCES)
+    served = load(tmp_path / "onnx")  # what `kformer serve` does with an export folder
+    assert served.predict(SENTENCES) == translator.predict(SENTENCES)
+    with pytest.raises(Unsupported, match="greedily"):
+        served.predict(SENTENCES[:1], beam=2)
+    # ... and it runs where kformer cannot be imported
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    run = subprocess.run([sys.executable, "-I", str(CLIENT), str(tmp_path / "onnx"), *SENTENCES[:2]], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == translator.translate(SENTENCES[:2])
 
 
-def test_arithmetic_saved_model_solves_as_kformer_does(folders, tmp_path, eager_decoding):
+def test_arithmetic_exports_solve_as_kformer_does(folders, tmp_path, eager_decoding):
     import tensorflow as tf
 
-    from kformer import load
 
     model = load(folders["arith"])
+    problems = [(12, "+", 34), (99, "-", 5), (7, "+", 80), (0, "-", 99)]
+    expected = model.solve(problems)
     result = export(folders["arith"], tmp_path / "sm")
     assert result.metadata["arithmetic_format"] == model.format.to_json()
     vocabulary = (tmp_path / "sm" / "vocab.txt").read_text(encoding="utf-8").splitlines()
     assert vocabulary == model.format.vocabulary.to_json()
-    problems = [(12, "+", 34), (99, "-", 5), (7, "+", 80)]
     loaded = tf.saved_model.load(str(tmp_path / "sm" / "1"))
     ids = loaded.signatures["serving_default"](source_ids=tf.constant(model.format.encode_sources(problems)))
-    answers = [model.format.decode_answer(row) for row in ids["target_ids"].numpy()]
-    assert answers == model.solve(problems)
+    assert [model.format.decode_answer(row) for row in ids["target_ids"].numpy()] == expected
+
+    export(folders["arith"], tmp_path / "onnx", "onnx")
+    decoder = reference_client().OnnxDecoder(tmp_path / "onnx")
+    sources = [[int(i) for i in row if i] for row in model.format.encode_sources(problems)]
+    assert [model.format.decode_answer(row) for row in decoder.decode(sources)] == expected
+    for kind in ("sm", "onnx"):  # served from the export
+        assert load(tmp_path / kind).predict(["12+34", "99-5"]) == model.predict(["12+34", "99-5"])
 
 
 # --- bad input ------------------------------------------------------------------------------------

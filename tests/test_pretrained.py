@@ -278,16 +278,30 @@ def test_pretrained_run_records_pooling_and_trains_under_a_time_budget(tmp_path,
     assert validation and set(validation) == {(False, True)}
 
 
+def _tiny_bert_folder(folder: Path):
+    """A tiny pretrained BERT (a KerasHub preset folder, as ``minilm`` is): ``(backbone, folder)``."""
+    import keras_hub
+
+    pretrained = keras_hub.models.BertBackbone(vocabulary_size=len(VOCABULARY), num_layers=1, num_heads=2,
+                                               hidden_dim=16, intermediate_dim=32, max_sequence_length=32)
+    pretrained.save_to_preset(str(folder))
+    keras_hub.models.BertTokenizer(vocabulary=VOCABULARY, lowercase=True).save_to_preset(str(folder))
+    return pretrained, folder
+
+
 @pytest.mark.slow
 def test_frozen_backbone_trains_only_the_head_on_cached_vectors(tmp_path):
+    from export_helpers import check_classifier_exports
+
     from kformer.models.pretrained import frozen_parts, text_vectors
     from kformer.tasks import classify
 
     rows = [("my card has not arrived " + str(i % 9), "card") for i in range(40)]
     rows += [("refund please " + str(i % 9), "refund") for i in range(40)]
     texts, labels = [t for t, _ in rows], [lb for _, lb in rows]
-    settings = {"backbone": "bert-scratch", "freeze": True, "dim": 16, "heads": 2, "ff_dim": 32, "blocks": 1,
-                "max_length": 16, "epochs": 6, "batch_size": 16, "learning_rate": 1e-2, "vocab_size": 200}
+    _, backbone = _tiny_bert_folder(tmp_path / "tiny-bert")  # a pretrained folder, as --backbone minilm
+    settings = {"backbone": str(backbone), "freeze": True, "max_length": 16, "epochs": 6, "batch_size": 16,
+                "learning_rate": 1e-2}
     result = classify.train(settings, (texts, labels), tmp_path / "out")
     cached = np.load(tmp_path / "out" / "training" / "text_vectors.npz")
     assert cached["train"].shape == (72, 16) and cached["valid"].shape == (8, 16)
@@ -300,22 +314,20 @@ def test_frozen_backbone_trains_only_the_head_on_cached_vectors(tmp_path):
     probs = model.probabilities(["my card has not arrived 3", "refund please 4"])
     assert probs.argmax(axis=1).tolist() == [model.labels.index("card"), model.labels.index("refund")]
     assert result.metrics["valid"]["accuracy"] == 1.0
+    metadata = check_classifier_exports(tmp_path / "out", [*texts[::10], "", "REFUND, please!!"], tmp_path / "exports")
+    assert metadata["onnx"]["tokenizer"]["kind"] == "bert"
 
 
 @pytest.mark.slow
 def test_freeze_token_embedding_trains_all_but_the_pretrained_token_table(tmp_path):
     """A pretrained folder (a tiny KerasHub preset) fine-tuned with ``freeze_token_embedding``: the
     saved token table is the folder's, the encoder's weights moved; a scratch backbone is refused."""
-    import keras_hub
+    from export_helpers import check_classifier_exports
 
     from kformer.errors import BadInput
     from kformer.tasks import classify
 
-    folder = tmp_path / "tiny-bert"
-    pretrained = keras_hub.models.BertBackbone(vocabulary_size=len(VOCABULARY), num_layers=1, num_heads=2,
-                                               hidden_dim=16, intermediate_dim=32, max_sequence_length=32)
-    pretrained.save_to_preset(str(folder))
-    keras_hub.models.BertTokenizer(vocabulary=VOCABULARY, lowercase=True).save_to_preset(str(folder))
+    pretrained, folder = _tiny_bert_folder(tmp_path / "tiny-bert")
     rows = [("my card has not arrived " + str(i % 9), "card") for i in range(40)]
     rows += [("refund please " + str(i % 9), "refund") for i in range(40)]
     settings = {"backbone": str(folder), "freeze_token_embedding": True, "max_length": 16, "epochs": 2,
@@ -326,5 +338,7 @@ def test_freeze_token_embedding_trains_all_but_the_pretrained_token_table(tmp_pa
     moved = [np.abs(a - b).max() for a, b in zip(trained.transformer_layers[0].get_weights(),
                                                   pretrained.transformer_layers[0].get_weights(), strict=True)]
     assert max(moved) > 1e-3
+    texts = [t for t, _ in rows[::8]] + ["", "Card 12 has NOT arrived?"]
+    check_classifier_exports(tmp_path / "out", texts, tmp_path / "exports")  # a fine-tuned BERT exports
     with pytest.raises(BadInput, match="pretrained BERT backbone"):
         classify.ClassifyConfig(backbone="bert-scratch", freeze_token_embedding=True)

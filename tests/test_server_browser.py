@@ -99,7 +99,7 @@ def _shot(page, name: str) -> Path:
 def test_a_ticket_gets_its_label_and_probability_bars(page, served):
     _, library = served
     ticket = "my laptop screen is flickering after the update"
-    expected = library["tickets"].predict_instances([ticket], {"top_k": 3})[0]
+    expected = library["tickets"].predict([ticket], top_k=3)[0]
     _ask(page, "tickets", ticket)
     page.click("#predict")
     page.wait_for_selector("#label")
@@ -111,7 +111,7 @@ def test_a_ticket_gets_its_label_and_probability_bars(page, served):
 
 def test_a_sentence_is_translated_into_tamil(page, served):
     _, library = served
-    expected = library["en-ta"].predict_instances(["one two"], {})[0]["translation"]
+    expected = library["en-ta"].predict(["one two"])[0]["translation"]
     _ask(page, "en-ta", "one two")
     page.click("#predict")
     page.wait_for_selector("#translation")

@@ -43,7 +43,7 @@ class Echo(TaskModel):
         super().__init__(Path("/nonexistent"), {"labels": ["a"], "recipe": {}, "metrics": {}})
         self.batches: list[list[str]] = []
 
-    def predict_instances(self, instances, parameters=None):
+    def predict(self, instances, **parameters):
         self.batches.append(list(instances))
         return [{"label": "a", "length": len(text)} for text in instances]
 

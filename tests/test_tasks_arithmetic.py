@@ -44,7 +44,7 @@ def test_train_resume_load_solve_and_explain(tmp_path):
     assert model.solve(problems[::-1]) == answers[::-1]  # batching and order do not change answers
     report = model.evaluate(["12+34=46", "99-5=94"])
     assert report["n"] == 2 and report["exact_match"] == pytest.approx(((answers[0] == 46) + (answers[1] == 94)) / 2)
-    predictions = model.predict_instances(["12+34"], {"beam": 1})
+    predictions = model.predict(["12+34"], beam=1)
     assert predictions == [{"problem": "12+34", "answer": answers[0], "text": "?" if answers[0] is None else f"={answers[0]}"}]
 
     maps = model.attention_maps("12+34")

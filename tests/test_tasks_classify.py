@@ -67,13 +67,14 @@ def test_train_from_lists_then_predict(trained, files):
     assert classify.predict(model, texts[:1]) == model.predict(texts[:1])  # the module-level alias
 
 
-def test_predict_instances_and_bad_arguments(trained):
+def test_predict_as_a_service_asks_and_bad_arguments(trained):
     _, model = trained
-    (answer,) = model.predict_instances(["refund the invoice"], {"top_k": 2})
+    (answer,) = model.predict(["refund the invoice"], **model.check_parameters({"top_k": 2}))
     assert answer["label"] == "Billing & Payments" and len(answer["top_k"]) == 2
     assert model.metadata()["labels"] == LABELS and set(model.parameters) == {"top_k", "threshold", "unknown_label"}
     cases = [
-        (lambda: model.predict_instances(["x"], {"beam": 2}), "parameters.beam"),
+        (lambda: model.check_parameters({"beam": 2}), "parameters.beam"),
+        (lambda: model.check_parameters({"top_k": "3"}), "parameters.top_k"),
         (lambda: model.predict(["x"], top_k=0), "top_k"),
         (lambda: model.predict(["x"], threshold=2.0), "threshold"),
         (lambda: model.predict("one string"), "texts"),

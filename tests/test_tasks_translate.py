@@ -90,7 +90,7 @@ def test_load_translate_evaluate(runs, tmp_path):
     assert len(json.loads((tmp_path / "eval" / "translations.json").read_text(encoding="utf-8"))) == 16
     # a smaller batch (another padding width) and the module alias give the same translations
     assert translate.translate(translator, sources[:3]) == translations[:3]
-    assert translator.predict_instances(sources[:3]) == [{"translation": t} for t in translations[:3]]
+    assert translator.predict(sources[:3]) == [{"translation": t} for t in translations[:3]]
     assert translator.evaluate(runs["tsv"], limit=3)["n"] == 3
 
 
@@ -172,10 +172,11 @@ def test_bad_requests_name_the_argument(runs):
         (lambda: translator.translate("one"), "texts"),
         (lambda: translator.translate(["one"], batch_size=0), "batch_size"),
         (lambda: translator.attention_maps("  "), "text"),
-        (lambda: translator.predict_instances(["one"], {"beam": 0}), "parameters.beam"),
-        (lambda: translator.predict_instances(["one"], {"max_repeat": -1}), "parameters.max_repeat"),
+        (lambda: translator.check_parameters({"beam": 0}), "parameters.beam"),
+        (lambda: translator.check_parameters({"max_repeat": -1}), "parameters.max_repeat"),
+        (lambda: translator.predict(["one"], beam=0), "beam"),
         (lambda: translator.translate(["one"], max_repeat=-1), "max_repeat"),
-        (lambda: translator.predict_instances(["one"], {"top_k": 3}), "parameters.top_k"),
+        (lambda: translator.check_parameters({"top_k": 3}), "parameters.top_k"),
         (lambda: translator.evaluate([("one", "")]), "data[0]"),
     ]:
         with pytest.raises(BadInput) as raised:

@@ -33,13 +33,13 @@ from typing import Any
 
 from kformer.artifacts import new_staging_folder
 from kformer.errors import BadInput
+from kformer.folders import EXPORT_MARKER, read_export_metadata
+from kformer.folders import EXPORT_METADATA as METADATA_FILE
 from kformer.models.export_plan import Plan, onnx_file, require_onnx
 
 FORMATS = ("saved_model", "onnx")
-METADATA_FILE = "metadata.json"
 README_FILE = "README.txt"
 SAVED_MODEL_DIR = "1"
-EXPORT_MARKER = "kformer_export"  # metadata.json key telling an export folder from anything else
 
 
 @dataclass(frozen=True)
@@ -92,10 +92,7 @@ def check_out(out: Path) -> None:
 
 def is_export(folder: Path) -> bool:
     """True when ``folder`` holds a kformer export (its metadata.json says so)."""
-    try:
-        return bool(json.loads((folder / METADATA_FILE).read_text(encoding="utf-8")).get(EXPORT_MARKER))
-    except (OSError, ValueError, AttributeError):
-        return False
+    return read_export_metadata(folder) is not None
 
 
 class replaced_folder:  # noqa: N801  (a context manager used like a function)

@@ -139,3 +139,84 @@ def load_keras_model(path: str | os.PathLike):
         raise CorruptModel(
             f"cannot load {path}: the file is corrupt or not a kformer model ({reason[:200]})", field="model_dir"
         ) from None
+
+
+# --- versions, exports, and what is converted from a folder ------------------------------------------
+
+EXPORT_METADATA = "metadata.json"  # an export folder's description (kformer.export writes it)
+EXPORT_MARKER = "kformer_export"  # its key telling an export folder from anything else
+RUNTIME_CACHE_DIR = "runtimes"  # conversions of a model folder for a runtime, kept beside it
+SKIPPED_SUFFIXES = (".png", ".svg", ".jpg")
+
+
+def read_export_metadata(folder: str | os.PathLike) -> dict | None:
+    """The metadata of an export folder (``kformer export``'s ``--out``), or None when ``folder``
+    is not one."""
+    import json
+
+    try:
+        metadata = json.loads((Path(folder) / EXPORT_METADATA).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return metadata if isinstance(metadata, dict) and metadata.get(EXPORT_MARKER) else None
+
+
+def folder_version(folder: str | os.PathLike) -> str:
+    """The fingerprint of a model or export folder: 12 hex digits of a SHA-256 over its files'
+    paths and contents (pictures, ``training/``, hidden files and :data:`RUNTIME_CACHE_DIR`
+    left out), so the same folder always has the same version and a retrained one a new one."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    folder = Path(folder)
+    if not folder.is_dir():
+        return "0"
+    for path in sorted(folder.rglob("*")):
+        relative = path.relative_to(folder)
+        if (not path.is_file() or relative.parts[0] in (TRAINING_DIR, RUNTIME_CACHE_DIR) or path.suffix in SKIPPED_SUFFIXES
+                or any(part.startswith(".") for part in relative.parts)):
+            continue
+        digest.update(relative.as_posix().encode() + b"\0")
+        with path.open("rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()[:12]
+
+
+def converted(folder: str | os.PathLike, name: str, convert: Callable[[Path], None]) -> bytes:
+    """The file ``name`` converted from the model folder ``folder`` (e.g. its network as ONNX),
+    converted once and kept beside it: ``folder/runtimes/<version>/name``, keyed by
+    :func:`folder_version`, so a restart or a reload of the same folder reads it back and a
+    retrained folder converts again (the conversions of older versions are removed).
+    ``convert(path)`` writes the file. A folder that cannot be written to keeps it in
+    ``$XDG_CACHE_HOME/kformer/<version>`` (default ``~/.cache``) instead; what is not a model
+    folder (no manifest) is converted every time."""
+    import shutil
+    import tempfile
+
+    folder = Path(folder).resolve()
+    if not (folder / MANIFEST_NAME).is_file():
+        with tempfile.TemporaryDirectory(prefix="kformer-convert-") as work:
+            convert(Path(work) / name)
+            return (Path(work) / name).read_bytes()
+    version = folder_version(folder)
+    places = (folder / RUNTIME_CACHE_DIR / version,
+              Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kformer" / version)
+    for place in places:
+        if (place / name).is_file():
+            return (place / name).read_bytes()
+    for place in places:
+        try:
+            place.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=place, prefix=".converting-") as work:
+                convert(Path(work) / name)
+                os.replace(Path(work) / name, place / name)
+        except OSError:
+            continue
+        if place == places[0]:  # the conversions of versions the folder no longer has
+            for old in place.parent.iterdir():
+                if old != place:
+                    shutil.rmtree(old, ignore_errors=True)
+        return (place / name).read_bytes()
+    raise BadInput(f"cannot keep a converted {name} in {places[0]} or {places[1]}: neither can be written",
+                   field="model_dir")

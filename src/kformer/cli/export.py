@@ -19,9 +19,10 @@ def register(commands, train_tasks) -> None:
         description="Write MODEL_DIR as a TensorFlow SavedModel (in OUT/1, ready for "
         "tensorflow_model_server --model_base_path=OUT) or as ONNX files, with the vocabulary, the "
         "labels, metadata.json and README.txt saying what every signature takes and returns. "
-        "Classifiers: token ids -> probabilities (and, SavedModel, raw strings -> probabilities and "
-        "labels); translators and arithmetic models: the encoder and a decoder step (and, SavedModel, "
-        "greedy decoding). OUT is replaced whole only if it holds an earlier export.",
+        "Classifiers: token ids (and the texts, for the wide n-gram part) -> probabilities and labels "
+        "(and, SavedModel, raw strings -> probabilities and labels); translators and arithmetic models: "
+        "the encoder and a decoder step with a key/value cache (and, SavedModel, greedy decoding). OUT "
+        "is replaced whole only if it holds an earlier export.",
         epilog="example: kformer export runs/tickets --format onnx --out exports/tickets-onnx",
     )
     export.add_argument("model_dir", metavar="MODEL_DIR", help="folder written by `kformer train`")

@@ -37,14 +37,16 @@ def register(commands, train_tasks) -> None:
         epilog="example: kformer serve --model tickets=runs/tickets --model en-ta=runs/en-ta --port 8000",
     )
     serve.add_argument("--model", dest="models", action="append", required=True, metavar="NAME=DIR",
-                       help="serve the model folder DIR as NAME (repeat for more models)")
+                       help="serve the model folder DIR -- or an export folder (kformer export's --out), which "
+                       "answers on the runtime it was exported for -- as NAME (repeat for more models)")
     serve.add_argument("--host", default=defaults.host, help=f"address to listen on (default {defaults.host}; "
                        "0.0.0.0 exposes the service to the network)")
     serve.add_argument("--port", type=int, default=defaults.port, help=f"port (default {defaults.port})")
     serve.add_argument("--max-batch", type=int, default=defaults.max_batch, metavar="N",
                        help=f"most instances per model call (default {defaults.max_batch})")
     serve.add_argument("--batch-wait-ms", type=float, default=defaults.batch_wait_ms, metavar="MS",
-                       help=f"how long a batch waits for more requests (default {defaults.batch_wait_ms:g})")
+                       help="how long a batch waits for more requests while they are arriving (default "
+                       f"{defaults.batch_wait_ms:g}: never; a batch is what queued while the previous call ran)")
     serve.add_argument("--no-batching", dest="batching", action="store_false",
                        help="one model call per request (for comparison)")
     serve.add_argument("--max-queue", type=int, default=defaults.max_queue, metavar="N",
@@ -69,16 +71,18 @@ def register(commands, train_tasks) -> None:
                        f"after connecting or after its previous answer: slow clients (default {defaults.read_timeout_s:g})")
     serve.add_argument("--access-log", action="store_true", help="log every request")
     serve.add_argument("--runtime", choices=RUNTIMES, default=SERVE_RUNTIME,
-                       help=f"where classifiers' :predict runs (default {SERVE_RUNTIME}: converted to ONNX Runtime at "
-                       "load, 4.2x Keras' throughput at batch 1 in BENCHMARKS.md; onnx-int8: the same with 8-bit weights, "
+                       help=f"where classifiers' :predict runs (default {SERVE_RUNTIME}: converted to ONNX Runtime once "
+                       "per folder version and kept in the folder's runtimes/, 4.2x Keras' throughput at batch 1 in "
+                       "BENCHMARKS.md; onnx-int8: the same with 8-bit weights, "
                        "faster for large networks such as a fine-tuned MiniLM at a small accuracy cost; :explain still "
                        "uses Keras; other tasks stay on Keras)")
     serve.set_defaults(handler=_serve)
 
 
 def parse_models(specs: list[str]) -> dict[str, str]:
-    """``["tickets=runs/tickets", ...]`` -> ``{"tickets": "runs/tickets"}``; each folder's manifest checked."""
-    from kformer.folders import read_manifest
+    """``["tickets=runs/tickets", ...]`` -> ``{"tickets": "runs/tickets"}``; each folder's manifest
+    (a model folder) or metadata (an export folder) checked."""
+    from kformer.folders import read_export_metadata, read_manifest
 
     models: dict[str, str] = {}
     for spec in specs:
@@ -90,7 +94,8 @@ def parse_models(specs: list[str]) -> dict[str, str]:
                            field="models")
         if name in models:
             raise BadInput(f"model name {name!r} is given twice to {{field}}", field="models")
-        read_manifest(folder)  # a missing or foreign folder fails now, not after start-up
+        if read_export_metadata(folder) is None:
+            read_manifest(folder)  # a missing or foreign folder fails now, not after start-up
         models[name] = folder
     return models
 
@@ -105,7 +110,7 @@ def config_from_args(args: argparse.Namespace):
         max_instances=args.max_instances, max_chars=args.max_chars, api_key_env=args.api_key_env,
         cors_origins=tuple(args.cors_origins), batching=args.batching, shutdown_grace_s=args.shutdown_grace_s,
         read_timeout_s=args.read_timeout_s,
-        access_log=args.access_log, runtime=args.runtime,
+        access_log=args.access_log, runtime=args.runtime, freeze_heap=True,
     )
 
 

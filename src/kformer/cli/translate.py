@@ -94,8 +94,8 @@ def translate_command(args: argparse.Namespace) -> int:
     else:
         texts = [line.rstrip("\r\n") for line in sys.stdin]
     translator = translate.load(args.model_dir)
-    for line in translator.translate(texts, beam=args.beam, batch_size=args.batch_size, max_repeat=_max_repeat(args)):
-        print(line)
+    for answer in translator.predict(texts, beam=args.beam, batch_size=args.batch_size, max_repeat=_max_repeat(args)):
+        print(answer["translation"])
     return 0
 
 

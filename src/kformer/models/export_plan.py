@@ -40,7 +40,11 @@ class Tensor:
 class Endpoint:
     """A function the export offers: ``fn(*inputs)`` -> ``{output name: tensor}``.
 
-    ``onnx``: also written as ``<onnx>.onnx`` for the ONNX format (None: SavedModel only).
+    ``onnx``: also written as ``<onnx>.onnx`` for the ONNX format (None: SavedModel only). By
+    default the endpoint itself is converted; ``onnx_via`` names another endpoint to convert
+    instead (e.g. the network alone) and ``onnx_finish(model_proto)`` then edits the converted
+    graph, in place, into this endpoint's inputs and outputs (e.g. operators the converter has no
+    form for).
     """
 
     name: str
@@ -48,6 +52,8 @@ class Endpoint:
     inputs: tuple[Tensor, ...]
     outputs: tuple[Tensor, ...]
     onnx: str | None = None
+    onnx_via: Endpoint | None = None
+    onnx_finish: Callable[[Any], None] | None = None
 
     def input_signature(self) -> list:
         import keras
@@ -79,9 +85,38 @@ def require_onnx() -> None:
 
 def onnx_file(endpoint: Endpoint, path: Path, model) -> None:
     """Convert one endpoint (which runs the Keras ``model``) to ONNX at ``path`` (Keras' exporter,
-    tf2onnx underneath)."""
+    tf2onnx underneath; see :class:`Endpoint` for ``onnx_via`` and ``onnx_finish``)."""
+    import onnx
+
+    converted = endpoint.onnx_via or endpoint
+    _convert(converted, path, model)
+    proto = onnx.load(str(path))
+    for output, tensor in zip(proto.graph.output, converted.outputs, strict=True):  # the converter's names
+        rename_value(proto.graph, output.name, tensor.name)
+    if endpoint.onnx_finish is not None:
+        endpoint.onnx_finish(proto)
+    onnx.checker.check_model(proto)  # the converter leaves an operator it has no handler for in place
+    onnx.save(proto, str(path))
+
+
+def rename_value(graph, old: str, new: str) -> None:
+    """Rename the value ``old`` to ``new`` everywhere in ``graph``."""
+    if old == new:
+        return
+    for node in graph.node:
+        node.input[:] = [new if name == old else name for name in node.input]
+        node.output[:] = [new if name == old else name for name in node.output]
+    for value in (*graph.input, *graph.output, *graph.value_info):
+        if value.name == old:
+            value.name = new
+
+
+def _convert(endpoint: Endpoint, path: Path, model) -> None:
     import warnings
 
+    from kformer.models.onnx_ops import register
+
+    register()
     wrapper = _endpoint_model(endpoint, model)
     tf_log = logging.getLogger("tensorflow")
     level = tf_log.level
@@ -109,7 +144,10 @@ def _endpoint_model(endpoint: Endpoint, model):
             self.inner = inner
 
         def call(self, *inputs):
-            return endpoint.fn(*inputs)[endpoint.outputs[0].name]
+            outputs = endpoint.fn(*inputs)
+            if len(endpoint.outputs) == 1:
+                return outputs[endpoint.outputs[0].name]
+            return tuple(outputs[t.name] for t in endpoint.outputs)
 
     wrapper = EndpointModel(model, name=endpoint.name)
     wrapper.built = True  # its weights are the built ``model``'s

@@ -132,14 +132,16 @@ def _compiled_token_ids(preprocessor):
 
 def bert_token_ids(model, texts, chunk: int = 4096):
     """``(n, sequence_length)`` int32 token ids (``[CLS] ... [SEP]``, 0-padded) from ``model``'s
-    preprocessor, run as a compiled TensorFlow function over ``chunk`` texts at a time."""
+    preprocessor (or ``model`` itself, a preprocessor), run as a compiled TensorFlow function over
+    ``chunk`` texts at a time."""
     import numpy as np
     import tensorflow as tf
 
-    compiled = _compiled_token_ids(model.preprocessor)
+    preprocessor = getattr(model, "preprocessor", model)
+    compiled = _compiled_token_ids(preprocessor)
     rows = [np.asarray(compiled(tf.constant(list(texts[i:i + chunk]), dtype=tf.string)), dtype="int32")
             for i in range(0, len(texts), chunk)]
-    return np.concatenate(rows) if rows else np.zeros((0, model.preprocessor.sequence_length), "int32")
+    return np.concatenate(rows) if rows else np.zeros((0, preprocessor.sequence_length), "int32")
 
 
 def bert_inputs(ids, *rest):

@@ -1,46 +1,77 @@
 """The export endpoints of a :class:`~kformer.models.seq2seq.Seq2SeqTransformer` (translation and
-arithmetic models alike): encode once, one decoder step, and greedy decoding whole.
+arithmetic models alike): encode once, one cached decoder step, and greedy decoding whole.
 
-``B`` batch, ``S`` source ids, ``T`` target ids so far, ``D`` model width, ``V`` target vocabulary:
+``B`` batch, ``S`` source ids, ``N`` decoder layers, ``H`` heads, ``K`` = model width / ``H``,
+``T`` the self-attention cache's length (the client's choice; at most ``max_target_length``),
+``V`` the target vocabulary:
 
-* ``encode`` (``encoder.onnx``): ``source_ids`` int32 ``(B, S)`` -> ``encoder_outputs`` float32 ``(B, S, D)``;
-* ``decode_step`` (``decoder_step.onnx``): ``target_in`` int32 ``(B, T)`` (``[START]`` + tokens so
-  far), ``encoder_outputs``, ``source_ids`` -> ``logits`` float32 ``(B, V)`` of the next token;
+* ``encode`` (``encoder.onnx``): ``source_ids`` int32 ``(B, S)`` -> ``encoder_outputs`` float32
+  ``(B, S, D)`` and ``cross_cache`` float32 ``(B, N, 2, S, H, K)``: every decoder layer's
+  cross-attention keys and values, computed once per source;
+* ``decode_step`` (``decoder_step.onnx``): ``token`` int32 ``(B, 1)`` (``[START]`` first, then the
+  token chosen last), ``index`` int32 scalar (its position, from 0), ``self_cache`` float32
+  ``(B, N, 2, T, H, K)`` (zeros at index 0), ``cross_cache``, ``source_ids`` -> ``logits`` float32
+  ``(B, V)`` of the next token and ``new_self_cache`` (the cache with this position's keys and
+  values written at ``index``). Each step reads the cache instead of the whole prefix again, so
+  decoding ``n`` tokens costs ``n`` steps of one token each -- Keras' cached greedy decoding,
+  step for step (:meth:`~kformer.models.seq2seq.Seq2SeqTransformer.decode_step`);
 * ``serving_default`` (SavedModel only): ``source_ids`` -> ``target_ids`` int32
-  ``(B, max_target_length)``, greedy decoding, ``[END]`` then 0s.
+  ``(B, max_target_length)``, greedy decoding as the task decodes, ``[END]`` then 0s.
+
+``docs/onnx_translate_client.py`` decodes with the two ONNX files (onnxruntime and sentencepiece
+only): the same greedy choice as kformer (ids ``FORBIDDEN`` never chosen, the repeat limit, each
+row's length cap), so it gives ``Translator.translate``'s greedy translations.
 """
 
 from __future__ import annotations
 
+from kformer.models.decode_loops import FORBIDDEN, REPEAT_SPAN
 from kformer.models.export_plan import Endpoint, Tensor
 from kformer.text.specials import END_ID, PAD_ID, START_ID
 
 
-def seq2seq_endpoints(model, decode_length: dict[str, float] | None = None) -> list[Endpoint]:
+def seq2seq_endpoints(model, decode_length: dict[str, float] | None = None, max_repeat: int = 0) -> list[Endpoint]:
     """The three endpoints of ``model``. ``decode_length`` (``{"per_source_token": a, "extra": b}``)
     caps each greedy row at ``ceil(a * n) + b`` tokens for a source of ``n`` ids, as the model's
-    task decodes in Python; None: every row may use ``max_target_length``."""
+    task decodes in Python; None: every row may use ``max_target_length``. ``max_repeat``: the
+    task's repeat limit (0: none; :func:`~kformer.models.generation.greedy_decode`)."""
     import tensorflow as tf
 
     from kformer.layers import padding_mask
     from kformer.models.generation import greedy_loop
 
+    layers, heads = model.decoder_layers, model.heads
+    cache_dims = f"(B, {layers} layers, 2 = keys/values, {{}}, {heads} heads, {model.dim // heads})"
     source_ids = Tensor("source_ids", "int32", (None, None),
                         f"source token ids, 0-padded, at most {model.max_source_length} per row")
-    encoder_outputs = Tensor("encoder_outputs", "float32", (None, None, model.dim), "the encode signature's output")
-    target_in = Tensor("target_in", "int32", (None, None),
-                       f"[START] (id {START_ID}) and the target ids chosen so far (at most max_target_length)")
-    logits = Tensor("logits", "float32", (None, model.target_vocab_size), "next-token logits after target_in")
+    encoder_outputs = Tensor("encoder_outputs", "float32", (None, None, model.dim), "the encoder's outputs")
+    cross_cache = Tensor("cross_cache", "float32", (None, layers, 2, None, heads, model.dim // heads),
+                         "each decoder layer's cross-attention keys and values of the source: "
+                         + cache_dims.format("S"))
+    token = Tensor("token", "int32", (None, 1), f"the token at position index: [START] (id {START_ID}) at 0, "
+                   "then the token chosen at the step before")
+    index = Tensor("index", "int32", (), "the position of token (0, 1, ...)")
+    self_cache = Tensor("self_cache", "float32", (None, layers, 2, None, heads, model.dim // heads),
+                        "the self-attention keys and values of the positions before index (zeros at index 0; "
+                        f"T >= the positions to decode, at most {model.max_target_length}): "
+                        + cache_dims.format("T"))
+    logits = Tensor("logits", "float32", (None, model.target_vocab_size), "the next token's logits")
+    new_self_cache = Tensor("new_self_cache", "float32", self_cache.shape,
+                            "self_cache with the keys and values of position index written in")
     target_ids = Tensor("target_ids", "int32", (None, model.max_target_length),
                         f"greedy output ids: tokens, [END] (id {END_ID}), then 0s")
+    compute = model.dtype_policy.compute_dtype
 
     def encode(source):
-        return {"encoder_outputs": tf.cast(model.encode(source, training=False)[0], tf.float32)}
+        encoded, _ = model.encode(source, training=False)
+        caches = tf.stack(model.cross_attention_caches(encoded), axis=1)
+        return {"encoder_outputs": tf.cast(encoded, tf.float32), "cross_cache": tf.cast(caches, tf.float32)}
 
-    def decode_step(target, encoded, source):
-        encoded = tf.cast(encoded, model.dtype_policy.compute_dtype)
-        step = model.decode(target, encoded, padding_mask(source), training=False)[:, -1, :]
-        return {"logits": tf.cast(step, tf.float32)}
+    def decode_step(token_ids, position, cache, cross, source):
+        cache, cross = tf.cast(cache, compute), tf.cast(cross, compute)
+        step, caches = model.decode_step(token_ids, position, [cache[:, i] for i in range(layers)],
+                                         [cross[:, i] for i in range(layers)], padding_mask(source))
+        return {"logits": tf.cast(step, tf.float32), "new_self_cache": tf.cast(tf.stack(caches, axis=1), tf.float32)}
 
     def greedy(source):
         length = model.max_target_length
@@ -50,16 +81,24 @@ def seq2seq_endpoints(model, decode_length: dict[str, float] | None = None) -> l
             ids = tf.reduce_sum(tf.cast(tf.not_equal(source, PAD_ID), tf.float64), axis=1)
             limits = tf.minimum(tf.cast(tf.math.ceil(decode_length["per_source_token"] * ids), tf.int32)
                                 + int(decode_length["extra"]), length)
-        return {"target_ids": greedy_loop(model, source, tf.constant(length, tf.int32), limits, length, True)}
+        generated = greedy_loop(model, source, tf.constant(length, tf.int32), limits, length, True, max_repeat)
+        return {"target_ids": generated}
 
     return [
         Endpoint("serving_default", greedy, (source_ids,), (target_ids,)),
-        Endpoint("encode", encode, (source_ids,), (encoder_outputs,), onnx="encoder"),
-        Endpoint("decode_step", decode_step, (target_in, encoder_outputs, source_ids), (logits,), onnx="decoder_step"),
+        Endpoint("encode", encode, (source_ids,), (encoder_outputs, cross_cache), onnx="encoder"),
+        Endpoint("decode_step", decode_step, (token, index, self_cache, cross_cache, source_ids),
+                 (logits, new_self_cache), onnx="decoder_step"),
     ]
 
 
-def seq2seq_info(model) -> dict:
-    """``metadata.json`` keys every seq2seq export has: lengths and the special ids."""
+def seq2seq_info(model, max_repeat: int = 0) -> dict:
+    """``metadata.json`` keys every seq2seq export has: lengths, the special ids and how kformer
+    chooses each greedy token (what a client does to give kformer's outputs)."""
     return {"max_source_length": model.max_source_length, "max_target_length": model.max_target_length,
-            "special_ids": {"pad": PAD_ID, "start": START_ID, "end": END_ID}}
+            "special_ids": {"pad": PAD_ID, "start": START_ID, "end": END_ID},
+            "decoder": {"layers": model.decoder_layers, "heads": model.heads, "key_dim": model.dim // model.heads},
+            "greedy": {"forbidden_ids": list(FORBIDDEN), "max_repeat": max_repeat, "repeat_span": REPEAT_SPAN,
+                       "rule": "each step: logits of forbidden_ids -> -inf; with max_repeat > 0, for each span p in "
+                               "1..repeat_span, when the last (max_repeat + 1) * p - 1 tokens repeat with period p, "
+                               "the token p back -> -inf; take the argmax; a row ends at [END] or its length cap"}}

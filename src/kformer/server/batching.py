@@ -1,10 +1,17 @@
 """Micro-batching: one inference thread owns the models; requests reach it through a queue.
 
 A request becomes a :class:`Job` with a :class:`concurrent.futures.Future`. The thread takes the
-oldest job, waits up to ``batch_wait_ms`` for more jobs for the same model and parameters (up to
-``max_batch`` instances in all), runs one ``predict_instances`` call -- tokenising included, so
-none of it runs on the event loop -- and answers every job's future with its share. A job whose
-caller gave up (its future cancelled, or its deadline passed) is skipped, not computed.
+oldest job and the jobs for the same model and parameters queued behind it (up to ``max_batch``
+instances in all), runs one ``predict`` call -- tokenising included, so none of it runs on the
+event loop -- and answers every job's future with its share. A job whose caller gave up (its
+future cancelled, or its deadline passed) is skipped, not computed.
+
+The batching adapts to the load by itself: with ``batch_wait_ms`` 0 (the default) the thread
+never waits for company, so a lone request runs at once, as with no batching, and under load a
+batch is whatever queued while the previous call ran. The model cuts a batch into calls of least
+measured cost (a classifier: :mod:`kformer.tasks.classify.batch_plan`), so a batch never costs
+more than its requests one by one. ``batch_wait_ms`` > 0 also holds a batch open that long while
+requests are arriving (for models whose calls cost much more than a request's HTTP handling).
 """
 
 from __future__ import annotations
@@ -72,7 +79,7 @@ class InferenceWorker:
         run: Callable[[str, str, list[str], dict[str, Any]], tuple[list, Any]],
         *,
         max_batch: int = 32,
-        batch_wait_ms: float = 5.0,
+        batch_wait_ms: float = 0.0,
         max_queue: int = 256,
         batching: bool = True,
         observer: BatchObserver | None = None,

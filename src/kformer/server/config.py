@@ -15,7 +15,9 @@ class ServeConfig:
     Attributes:
         host, port: where uvicorn listens (127.0.0.1 unless told otherwise).
         max_batch: most instances the inference thread gives the model in one call.
-        batch_wait_ms: how long the first request of a batch waits for company.
+        batch_wait_ms: how long the first request of a batch waits for company while more requests
+            are arriving; 0 (the default): never -- a batch is what queued while the previous model
+            call ran, so batches grow with the load and a request never waits for a timer.
         max_queue: most requests waiting for the inference thread; more get 503 + Retry-After.
         timeout_s: a request not answered within this gets 504 (and is skipped if still queued).
         max_body_bytes: larger request bodies get 413.
@@ -33,12 +35,15 @@ class ServeConfig:
             ``onnx-int8`` (converted, then 8-bit weights); ``:explain`` still uses the Keras model
             (:mod:`kformer.tasks.classify.runtimes`). Models given already loaded keep the
             runtime they were loaded with.
+        freeze_heap: once the models are loaded (and after each reload), collect the garbage and
+            freeze the rest out of Python's garbage collector (:func:`kformer.server.registry.settle_heap`).
+            ``kformer serve`` turns it on; off in Python, where the process is the caller's.
     """
 
     host: str = "127.0.0.1"
     port: int = 8000
     max_batch: int = 32
-    batch_wait_ms: float = 5.0
+    batch_wait_ms: float = 0.0
     max_queue: int = 256
     timeout_s: float = 10.0
     max_body_bytes: int = 1_048_576
@@ -51,6 +56,7 @@ class ServeConfig:
     read_timeout_s: float = 10.0
     access_log: bool = False
     runtime: str = "keras"
+    freeze_heap: bool = False
 
     def __post_init__(self) -> None:
         for spec in fields(self):

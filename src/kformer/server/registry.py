@@ -1,13 +1,12 @@
 """The models a service holds: each loaded, warmed and versioned; reloaded and swapped in safely.
 
-A model's version is a fingerprint of its folder's manifest and files (the first 12 hex digits
-of a SHA-256 over the top-level files' names and contents; pictures and ``training/`` are left
-out), so the same folder always reports the same version and a retrained one a new one.
+A model's version is a fingerprint of its folder's files (:func:`kformer.folders.folder_version`),
+so the same folder always reports the same version and a retrained one a new one.
 """
 
 from __future__ import annotations
 
-import hashlib
+import gc
 import logging
 import os
 import threading
@@ -18,26 +17,22 @@ from pathlib import Path
 from typing import Any
 
 from kformer.errors import KformerError, ModelNotFound
+from kformer.folders import folder_version
 
 log = logging.getLogger("kformer.server")
 
 Loader = Callable[[Path], Any]  # folder -> TaskModel (kformer.tasks.load)
-SKIPPED_SUFFIXES = (".png", ".svg", ".jpg")
 
 
-def folder_version(folder: str | os.PathLike) -> str:
-    """The fingerprint of a model folder's manifest and files (12 hex digits)."""
-    digest = hashlib.sha256()
-    folder = Path(folder)
-    if not folder.is_dir():
-        return "0"
-    for path in sorted(folder.iterdir()):
-        if path.is_file() and not path.name.startswith(".") and path.suffix not in SKIPPED_SUFFIXES:
-            digest.update(path.name.encode() + b"\0")
-            with path.open("rb") as handle:
-                for chunk in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(chunk)
-    return digest.hexdigest()[:12]
+def settle_heap() -> None:
+    """Collect the garbage, then freeze what is left -- the loaded models, TensorFlow's and Keras'
+    millions of objects -- out of the garbage collector's sight (``gc.freeze``). Otherwise every
+    full collection walks that whole heap: 100-600 ms with the whole service stopped, several
+    times a minute under load (part of the ~270 ms p99 of BENCHMARKS.md "Serving"). Each load
+    unfreezes first, so what a reload left behind is collected then."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
 
 
 @dataclass(frozen=True)
@@ -64,11 +59,13 @@ class ModelRegistry:
     """Name -> served model. Loads and warms outside the inference thread; swaps under a lock.
 
     ``sources`` maps names to model folders (loaded with ``loader``, which defaults to
-    :func:`kformer.tasks.load`) or to already loaded TaskModel objects.
+    :func:`kformer.tasks.load`) or to already loaded TaskModel objects. ``settle``:
+    :func:`settle_heap` after every load.
     """
 
-    def __init__(self, sources: Mapping[str, Any], loader: Loader | None = None):
+    def __init__(self, sources: Mapping[str, Any], loader: Loader | None = None, settle: bool = False):
         self._loader = loader
+        self._settle = settle  # settle_heap() after loading
         self._lock = threading.Lock()
         self._reload_lock = threading.Lock()  # one load at a time: they share the CPU with requests
         self._preloaded: dict[str, Any] = {}
@@ -127,6 +124,8 @@ class ModelRegistry:
                 served = self._load(name, preloaded=name in self._preloaded)
                 with self._lock:
                     slot.current, slot.error = served, None
+        if self._settle:
+            settle_heap()
 
     def reload(self, name: str) -> tuple[Served, Served | None]:
         """Load ``name``'s folder again, warm it, swap it in; return ``(new, old)``.
@@ -150,6 +149,8 @@ class ModelRegistry:
                 raise
             with self._lock:
                 old, slot.current, slot.error = slot.current, served, None
+            if self._settle:
+                settle_heap()
         log.info("model %s: version %s swapped in (was %s)", name, served.version, old.version if old else "none")
         return served, old
 

@@ -33,7 +33,8 @@ class Service:
 
     def __init__(self, models: Mapping[str, Any], config: ServeConfig, loader: Loader | None = None):
         self.config = config
-        self.registry = ModelRegistry(models, loader or functools.partial(load_folder, runtime=config.runtime))
+        self.registry = ModelRegistry(models, loader or functools.partial(load_folder, runtime=config.runtime),
+                                      settle=config.freeze_heap)
         self.metrics = ServiceMetrics()
         self.worker = InferenceWorker(
             self._run,
@@ -167,5 +168,5 @@ class Service:
         if served is None:  # cannot happen: requests are only queued for loaded models
             raise Overloaded(f"model '{name}' is not loaded", field=None)
         if kind == PREDICT:
-            return served.model.predict_instances(instances, parameters), served.version
+            return served.model.predict(instances, **parameters), served.version
         return [served.model.attention_maps(instances[0]).to_json()], served.version

@@ -4,7 +4,7 @@
 - :mod:`kformer.tasks.translate` -- translation (``train``, ``load`` -> ``Translator``).
 - :mod:`kformer.tasks.arithmetic` -- multi-digit arithmetic (``train``, ``load`` -> ``ArithmeticModel``).
 
-:func:`load` opens any model folder as the right task's object. The CLI and the REST service
+:func:`load` opens any model folder, or export folder, as the right task's object. The CLI and the REST service
 call these functions; so can a notebook or a script.
 """
 
@@ -28,17 +28,21 @@ def task_module(task: str):
 
 
 def load(folder: str | os.PathLike, **options):
-    """Load any kformer model folder as its task's model object (safe mode, clear errors).
+    """Load any kformer model folder -- or export folder (``kformer export``'s ``--out``) -- as its
+    task's model object (safe mode, clear errors).
 
     ``options`` go to the task's ``load`` where it takes them, and are ignored where it does not:
     ``runtime`` (``"keras"``, ``"onnx"`` or ``"onnx-int8"``) is where a classifier predicts; other
     tasks predict with Keras whatever it says.
     """
-    from kformer.folders import read_manifest
+    from kformer.folders import read_export_metadata, read_manifest
 
     unknown = sorted(set(options) - set(LOAD_OPTIONS))
     if unknown:
         raise BadInput(f"unknown option {{field}}; load takes {', '.join(LOAD_OPTIONS)}", field=unknown[0])
+    exported = read_export_metadata(folder)
+    if exported is not None:  # an export answers on the runtime it was exported for
+        return task_module(exported["task"]).load_export(folder, exported)
     manifest = read_manifest(folder)
     task_load = task_module(manifest["task"]).load
     taken = inspect.signature(task_load).parameters

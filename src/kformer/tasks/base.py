@@ -2,8 +2,8 @@
 
 Each task module (``kformer.tasks.classify``, ``.translate``, ``.arithmetic``) offers the same
 life cycle as plain functions -- ``train(config, data, out, *, resume=False, progress=None)``,
-``load(folder)``, then ``predict`` / ``translate`` / ``solve``, ``evaluate`` and
-``attention_maps`` on what ``load`` returned. Nothing here prints, parses arguments or exits:
+``load(folder)``, then ``predict`` (every task: one dict per input; ``translate`` and ``solve``
+are the task-named spellings), ``evaluate`` and ``attention_maps`` on what ``load`` returned. Nothing here prints, parses arguments or exits:
 progress reaches the caller through a ``progress`` callback, errors are
 :class:`~kformer.errors.KformerError` subclasses.
 """
@@ -11,13 +11,14 @@ progress reaches the caller through a ``progress`` callback, errors are
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from kformer.errors import BadInput, Unsupported
+from kformer.errors import BadInput, KformerError, Unsupported
 
 if TYPE_CHECKING:
     from kformer.models.export_plan import Plan
@@ -90,15 +91,16 @@ class AttentionMaps:
 
 
 class TaskModel:
-    """A loaded model folder. Subclasses add the task's own methods (predict, translate, solve).
+    """A loaded model folder. Subclasses add the task's own spellings (translate, solve).
 
-    The uniform part, for a service: :meth:`predict_instances` answers a batch of input strings
-    with one JSON-ready dict each, :meth:`attention_maps` explains one input, :meth:`warmup`
-    compiles what the first requests would otherwise wait for, :meth:`metadata` describes it.
+    The one interface every task has: :meth:`predict` answers a list of input strings with one
+    JSON-ready dict each (what the service returns per instance), :meth:`attention_maps` explains
+    one input, :meth:`warmup` compiles what the first requests would otherwise wait for,
+    :meth:`metadata` describes it.
     """
 
     task: ClassVar[str] = ""
-    # request parameters :meth:`predict_instances` accepts, with their defaults
+    # keyword parameters :meth:`predict` accepts (a request's "parameters"), with their defaults
     parameters: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, folder: Path, manifest: dict):
@@ -116,7 +118,8 @@ class TaskModel:
         }
 
     def check_parameters(self, parameters: dict[str, Any] | None) -> dict[str, Any]:
-        """``parameters`` with defaults filled in; unknown names are a BadInput."""
+        """A request's ``parameters`` with defaults filled in; an unknown name or a value
+        :meth:`predict` would refuse is a BadInput whose field is ``parameters.<name>``."""
         parameters = dict(parameters or {})
         unknown = sorted(set(parameters) - set(self.parameters))
         if unknown:
@@ -124,9 +127,18 @@ class TaskModel:
                 f"unknown parameter {{field}} for a {self.task} model; known: {', '.join(self.parameters) or 'none'}",
                 field=f"parameters.{unknown[0]}",
             )
-        return {**self.parameters, **parameters}
+        merged = {**self.parameters, **parameters}
+        try:
+            self.check_values(merged)
+        except KformerError as exc:
+            raise type(exc)(exc.template, field=f"parameters.{exc.field}") from None
+        return merged
 
-    def predict_instances(self, instances: list[str], parameters: dict[str, Any] | None = None) -> list[dict]:
+    def check_values(self, parameters: dict[str, Any]) -> None:
+        """Raise BadInput (its field: the parameter's name) for a value :meth:`predict` refuses."""
+
+    def predict(self, instances: Sequence[str], **parameters) -> list[dict[str, Any]]:
+        """One JSON-ready dict per instance; ``parameters`` are :attr:`parameters`' names."""
         raise NotImplementedError
 
     def attention_maps(self, text: str) -> AttentionMaps:
@@ -138,6 +150,27 @@ class TaskModel:
     def export_plan(self) -> Plan:
         """What an export of this model holds (:mod:`kformer.export` writes it as a SavedModel or ONNX)."""
         raise Unsupported(f"models of task {self.task!r} cannot be exported", field="model_dir")
+
+
+class FromExport:
+    """What a task model loaded from an export folder (``kformer export``'s ``--out``) cannot do,
+    said once: mixed in before the task's model class (``class ExportedX(FromExport, X)``)."""
+
+    folder: Path
+
+    def attention_maps(self, text: str) -> AttentionMaps:
+        raise Unsupported("an export has no attention maps (they need the Keras network); serve the model folder",
+                          field="model_dir")
+
+    def export_plan(self) -> Plan:
+        raise Unsupported(f"{self.folder} is an export already", field="model_dir")
+
+    @staticmethod
+    def greedy_only(beam: int) -> None:
+        """Unsupported unless ``beam`` is 1: an export decodes greedily."""
+        if beam != 1:
+            raise Unsupported("an export decodes greedily (beam 1); serve the model folder for beam search",
+                              field="beam")
 
 
 # --- helpers the task modules share ---------------------------------------------------------------

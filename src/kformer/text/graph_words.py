@@ -2,10 +2,10 @@
 
 :class:`GraphWordTokenizer` gives the ids :class:`kformer.text.words.WordTokenizer` gives (same
 lowercasing, ``<br />`` removal, accent stripping, split into words and punctuation marks,
-head/tail/head_tail truncation, unknown words as ``[UNK]``, an empty text as one ``[UNK]``), as a
-graph a SavedModel carries: TensorFlow's string ops, TensorFlow Text's ``normalize_utf8`` and
-``regex_split`` (a TF Serving build needs TensorFlow Text's ops for it) and a lookup table.
-Word-bigram vocabularies (``ngrams = 2``) are not supported here.
+head/tail/head_tail truncation, unknown words as ``[UNK]``, an empty text as one ``[UNK]``, the
+known word pairs of a bigram vocabulary after the words), as a graph a SavedModel carries:
+TensorFlow's string ops, TensorFlow Text's ``normalize_utf8`` and ``regex_split`` (a TF Serving
+build needs TensorFlow Text's ops for it) and a lookup table.
 
 Python's ``\\w`` and ``\\s`` are Unicode-aware; RE2's are ASCII only, so both are spelled out.
 Lowercasing follows ICU, which differs from Python's ``str.lower`` for a handful of characters
@@ -19,13 +19,14 @@ from collections.abc import Sequence
 import tensorflow as tf
 
 from kformer.errors import Unsupported
+from kformer.text.char_classes import SPACE_CHARS, WORD_CHARS
 from kformer.text.specials import PAD_ID, UNK_ID
 from kformer.text.words import TRUNCATIONS
 
 # Python's Unicode \w (letters, numbers, underscore) and \s, in RE2 syntax
-_WORD = r"[\p{L}\p{N}_]+"
-_SPACE = r"[\t\n\x{0B}\f\r\x{1C}-\x{1F} \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}]"
-_MARK = r"[^\p{L}\p{N}_\t\n\x{0B}\f\r\x{1C}-\x{1F} \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}]"
+_WORD = f"[{WORD_CHARS}]+"
+_SPACE = f"[{SPACE_CHARS}]"
+_MARK = f"[^{WORD_CHARS}{SPACE_CHARS}]"
 _CHARS_PER_TOKEN = 16  # as WordTokenizer: very long texts are cut to characters before splitting
 
 
@@ -37,9 +38,10 @@ class GraphWordTokenizer(tf.Module):
         super().__init__(name="word_tokenizer")
         if truncation not in TRUNCATIONS:
             raise Unsupported(f"unknown truncation '{truncation}'", field="truncation")
-        if any(" " in token for token in vocabulary):
-            raise Unsupported("a word-bigram vocabulary (ngrams = 2) has no in-graph tokenizer", field="ngrams")
         self.max_length = int(max_length)
+        # a vocabulary with word pairs ("a b"): half the ids for words, then the known pairs
+        self.with_bigrams = any(" " in token for token in vocabulary)
+        self.words_length = max(1, self.max_length // 2) if self.with_bigrams else self.max_length
         self.truncation = truncation
         keys = tf.constant(list(vocabulary))
         values = tf.range(len(vocabulary), dtype=tf.int64)
@@ -69,8 +71,8 @@ class GraphWordTokenizer(tf.Module):
         return tf_text.regex_split(text, f"{keep}|{_SPACE}+", keep)
 
     def _truncate(self, words):
-        """Keep ``max_length`` words per row: the head, the tail, or a quarter head and the rest tail."""
-        n = self.max_length
+        """Keep ``words_length`` words per row: the head, the tail, or a quarter head and the rest tail."""
+        n = self.words_length
         head = {"head": n, "tail": 0, "head_tail": n // 4}[self.truncation]
         lengths = words.row_lengths()
         positions = tf.ragged.range(lengths)
@@ -81,6 +83,9 @@ class GraphWordTokenizer(tf.Module):
     def __call__(self, texts):
         words = self._truncate(self.words(tf.reshape(texts, [-1])))
         ids = tf.ragged.map_flat_values(self.table.lookup, words)
+        if self.with_bigrams:  # the ids of the known pairs of consecutive kept words, after the words
+            pairs = tf.ragged.map_flat_values(self.table.lookup, tf.strings.ngrams(words, 2, separator=" "))
+            ids = tf.concat([ids, tf.ragged.boolean_mask(pairs, pairs != UNK_ID)], axis=1)
         ids = tf.cast(ids.to_tensor(default_value=PAD_ID, shape=[None, self.max_length]), tf.int32)
         empty = tf.reduce_all(tf.equal(ids, PAD_ID), axis=1)
         first = tf.where(empty, tf.constant(UNK_ID, tf.int32), ids[:, 0])

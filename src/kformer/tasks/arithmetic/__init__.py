@@ -17,6 +17,7 @@ One module a job: :mod:`.settings` (:class:`ArithmeticConfig`), :mod:`.model` (t
 :class:`ArithmeticModel` and the folder format), :mod:`.train` (the training run).
 """
 
+from kformer.tasks.arithmetic.exported import ExportedArithmetic, load_export
 from kformer.tasks.arithmetic.model import ArithmeticModel, load
 from kformer.tasks.arithmetic.settings import ArithmeticConfig
 from kformer.tasks.arithmetic.train import train
@@ -25,4 +26,5 @@ solve = ArithmeticModel.solve
 evaluate = ArithmeticModel.evaluate
 attention_maps = ArithmeticModel.attention_maps
 
-__all__ = ["ArithmeticConfig", "ArithmeticModel", "attention_maps", "evaluate", "load", "solve", "train"]
+__all__ = ["ArithmeticConfig", "ArithmeticModel", "ExportedArithmetic", "attention_maps", "evaluate", "load",
+           "load_export", "solve", "train"]

@@ -197,16 +197,21 @@ class ArithmeticModel(TaskModel):
             write_json_atomic(Path(out) / "evaluation.json", report)
         return report
 
-    def predict_instances(self, instances: list[str], parameters: dict[str, Any] | None = None) -> list[dict]:
-        """``{"problem": "12+34", "answer": 46, "text": "=46"}`` per problem string."""
-        parameters = self.check_parameters(parameters)
-        instances = check_texts(instances, "instances")
-        problems = self._problems(instances, "instances")
-        answers = self.solve(problems, beam=int(parameters["beam"]))
+    def predict(self, instances: Sequence[str], *, beam: int = 1) -> list[dict[str, Any]]:
+        """``{"problem": "12+34", "answer": 46, "text": "=46"}`` per problem string (:meth:`solve`'s
+        answers as dicts)."""
+        self.check_values({"beam": beam})
+        problems = self._problems(check_texts(instances, "instances"), "instances")
+        answers = self.solve(problems, beam=beam)
         return [
             {"problem": self.format.problem_text(*p), "answer": a, "text": "?" if a is None else f"={a}"}
             for p, a in zip(problems, answers, strict=True)
         ]
+
+    def check_values(self, parameters: dict[str, Any]) -> None:
+        beam = parameters["beam"]
+        if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
+            raise BadInput(f"{{field}} must be a whole number of at least 1, not {beam!r}", field="beam")
 
     def attention_maps(self, text: str) -> AttentionMaps:
         """Solve one problem and return encoder, decoder-self and cross attention of every layer
@@ -234,7 +239,7 @@ class ArithmeticModel(TaskModel):
         )
 
     def export_plan(self):
-        """The encoder, one decoder step and greedy decoding (:mod:`kformer.models.seq2seq_export`),
+        """The encoder, one cached decoder step and greedy decoding (:mod:`kformer.models.seq2seq_export`),
         the tokens as ``vocab.txt`` and the answer format in the metadata."""
         from kformer.models.export_plan import Plan
         from kformer.models.seq2seq_export import seq2seq_endpoints, seq2seq_info

@@ -20,6 +20,7 @@ n-gram part beside it), :mod:`.calibration` (the unknown route's threshold), :mo
 """
 
 from kformer.tasks.classify.data import Data, as_labelled
+from kformer.tasks.classify.exported import ExportedClassifier, load_export
 from kformer.tasks.classify.model import Classifier, load
 from kformer.tasks.classify.settings import ClassifyConfig
 from kformer.tasks.classify.train import train
@@ -28,5 +29,5 @@ predict = Classifier.predict
 evaluate = Classifier.evaluate
 attention_maps = Classifier.attention_maps
 
-__all__ = ["Classifier", "ClassifyConfig", "Data", "as_labelled", "attention_maps", "evaluate", "load", "predict",
-           "train"]
+__all__ = ["Classifier", "ClassifyConfig", "Data", "ExportedClassifier", "as_labelled", "attention_maps", "evaluate",
+           "load", "load_export", "predict", "train"]

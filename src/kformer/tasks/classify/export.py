@@ -1,12 +1,17 @@
-"""How a classifier exports: its network (token ids -> probabilities) and, where the tokenizer runs
-in a graph, raw texts -> probabilities and labels (:meth:`Classifier.export_plan`).
+"""How a classifier exports (:meth:`Classifier.export_plan`): its network, its wide n-gram part and
+their mix as graph operations (:mod:`kformer.tasks.classify.wide_graph`), its labels and threshold.
 
-* ``serving_default`` / ``model.onnx``: ``token_ids`` int32 ``(B, L)`` -> ``probabilities`` float32
-  ``(B, classes)``;
-* ``texts`` (SavedModel only, when the tokenizer runs in the graph): strings ``(B,)`` ->
-  ``probabilities`` and ``labels`` (the most likely label, string ``(B,)``).
+* ``serving_default`` / ``model.onnx``: ``token_ids`` int32 ``(B, L)`` -- and, when the classifier
+  mixes in a wide part, ``texts`` string ``(B,)`` (the same texts: the wide part reads their
+  n-grams) -- -> ``probabilities`` float32 ``(B, classes)`` (what ``kformer predict`` gives) and
+  ``labels`` string ``(B,)`` (the most likely label);
+* ``texts`` (SavedModel, when the tokenizer runs in a graph): strings ``(B,)`` -> ``probabilities``,
+  ``labels``: no tokenizing outside.
 
-A classifier with a wide n-gram part is refused (Unsupported): its scikit-learn part has no graph form.
+ONNX has no operators for kformer's tokenizers (Unicode normalisation, WordPiece), so ONNX clients
+tokenise the texts themselves: ``metadata.json["tokenizer"]`` says exactly how, and
+``docs/onnx_classify_client.py`` does it. The calibrated threshold and the unknown label are in the
+metadata (a client applies them: below the threshold, the label is the unknown label).
 """
 
 from __future__ import annotations
@@ -15,48 +20,73 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kformer.errors import KformerError, Unsupported
+from kformer.errors import KformerError
 from kformer.models.export_plan import Endpoint, Plan, Tensor
 
 LABELS_FILE = "labels.txt"
+UNKNOWN_LABEL = "unknown"  # what predict and serve answer below the threshold (Classifier.parameters)
 
 
-def classifier_endpoint(classifier) -> Endpoint:
-    """``serving_default`` of a classifier: ``token_ids`` int32 ``(B, L)`` -> ``probabilities``
-    float32 ``(B, classes)`` (also ``model.onnx``)."""
-    token_ids = Tensor("token_ids", "int32", (None, None),
-                       f"token ids, 0-padded, at most {classifier.max_length} per row (vocab.txt line = id)")
-    probabilities = Tensor("probabilities", "float32", (None, len(classifier.labels)),
-                           "class probabilities; column i is labels.txt line i")
+def network_endpoint(classifier) -> Endpoint:
+    """The network alone: ``token_ids`` int32 ``(B, L)`` -> ``probabilities`` float32 ``(B,
+    classes)`` (what the ``onnx`` runtimes convert)."""
     probs_of_ids = classifier_function(classifier)
-    return Endpoint("serving_default", lambda ids: {"probabilities": probs_of_ids(ids)}, (token_ids,),
-                    (probabilities,), onnx="model")
+    return Endpoint("network", lambda ids: {"probabilities": probs_of_ids(ids)}, (_token_ids(classifier),),
+                    (_probabilities(classifier),), onnx="model")
+
+
+def _token_ids(classifier) -> Tensor:
+    return Tensor("token_ids", "int32", (None, None),
+                  f"token ids, 0-padded, at most {classifier.max_length} per row (vocab.txt line = id; how to "
+                  "tokenise: metadata.json \"tokenizer\")")
+
+
+def _probabilities(classifier) -> Tensor:
+    return Tensor("probabilities", "float32", (None, len(classifier.labels)),
+                  "class probabilities; column i is labels.txt line i")
+
+
+LABELS = Tensor("labels", "string", (None,), "the most likely label (below the metadata's threshold a client "
+                "answers its unknown_label instead)")
 
 
 def classifier_plan(classifier) -> Plan:
     """The export :class:`~kformer.models.export_plan.Plan` of a loaded
-    :class:`~kformer.tasks.classify.Classifier` (refused with a wide part: see the module)."""
-    if classifier.wide is not None:
-        raise Unsupported(f"{classifier.folder} mixes a wide n-gram part (scikit-learn) into its probabilities, which "
-                          "an export cannot carry; retrain with --no-wide to export it", field="model_dir")
+    :class:`~kformer.tasks.classify.Classifier`."""
     import tensorflow as tf
 
+    from kformer.tasks.classify.wide import MAX_CHARS
+    from kformer.tasks.classify.wide_graph import add_onnx_outputs, tf_mix, tf_wide
+
     labels = list(classifier.labels)
-    by_ids = classifier_endpoint(classifier)
-    probabilities, probs_of_ids = by_ids.outputs[0], by_ids.fn
-    endpoints = [by_ids]
+    label_table = tf.constant(labels)
+    network = network_endpoint(classifier)
+    mix = classifier.wide if classifier.wide is not None and classifier.wide.weight > 0 else None
     tracked: list[Any] = [classifier.model]
+    wide = None
+    if mix is not None:
+        wide = tf_wide(mix.part)
+        tracked.append(wide)
+
+    def probabilities(ids, texts=None):
+        probs = network.fn(ids)["probabilities"]
+        if mix is not None:
+            probs = tf_mix(probs, wide(texts), mix)
+        return {"probabilities": probs, "labels": tf.gather(label_table, tf.argmax(probs, axis=1))}
+
+    inputs = (network.inputs[0],)
+    if mix is not None:
+        inputs += (Tensor("texts", "string", (None,), f"the same texts, each cut to its first {MAX_CHARS} "
+                          "characters (the wide n-gram part reads them)"),)
+    by_ids = Endpoint("serving_default", probabilities, inputs, (network.outputs[0], LABELS), onnx="model",
+                      onnx_via=network, onnx_finish=lambda proto: add_onnx_outputs(proto, labels, mix))
+    endpoints = [by_ids]
     tokenize, reason = _graph_tokenizer(classifier)
     if tokenize is not None:
-        label_table = tf.constant(labels)
-        tracked.append(tokenize)
-
-        def from_texts(texts):
-            probs = probs_of_ids(tokenize(texts))["probabilities"]
-            return {"probabilities": probs, "labels": tf.gather(label_table, tf.argmax(probs, axis=1))}
-
-        endpoints.append(Endpoint("texts", from_texts, (Tensor("texts", "string", (None,), "raw texts"),),
-                                  (probabilities, Tensor("labels", "string", (None,), "the most likely label"))))
+        tokenize(tf.constant(["build"]))  # Keras layers build on their first call; only built ones export
+        tracked.append(getattr(tokenize, "resource", tokenize))  # what holds its tables
+        endpoints.append(Endpoint("texts", lambda texts: probabilities(tokenize(texts), texts),
+                                  (Tensor("texts", "string", (None,), "raw texts"),), (network.outputs[0], LABELS)))
 
     def write_files(folder: Path) -> None:
         (folder / LABELS_FILE).write_text("\n".join(labels) + "\n", encoding="utf-8")
@@ -64,8 +94,56 @@ def classifier_plan(classifier) -> Plan:
 
     info = {"labels": labels, "labels_file": LABELS_FILE, "vocabulary_files": ["vocab.txt"],
             "max_length": classifier.max_length, "kind": classifier.kind,
+            "threshold": classifier.threshold, "unknown_label": UNKNOWN_LABEL,
+            "wide": None if mix is None else {"weight": mix.weight, "rule": mix.rule, "features": mix.part.features,
+                                              "max_chars": MAX_CHARS},
+            "tokenizer": tokenizer_spec(classifier),
             "texts_signature": reason or "strings in: the tokenizer runs in the graph (needs TensorFlow Text's ops)"}
     return Plan("classify", endpoints, tracked, write_files, info)
+
+
+def tokenizer_spec(classifier) -> dict[str, Any]:
+    """How a client turns a text into ``token_ids`` (``metadata.json["tokenizer"]``; the reference
+    client ``docs/onnx_classify_client.py`` follows it)."""
+    from kformer.text.specials import PAD_ID, UNK_ID
+    from kformer.text.vocabulary import CHARS_PER_TOKEN_LIMIT
+
+    common = {"vocabulary_file": "vocab.txt", "max_length": classifier.max_length, "pad_id": PAD_ID,
+              "unknown_id": UNK_ID}
+    empty = {"empty_text": f"a text with no token is the one id {UNK_ID} ([UNK])"}
+    if classifier.kind == "encoder" and hasattr(classifier.tokenizer, "index"):
+        tokenizer = classifier.tokenizer
+        return {"kind": "word", **common, **empty, "truncation": tokenizer.truncation,
+                "steps": ["if the text is longer than 2 * max_length * 16 characters: keep its first max_length * 16 "
+                          "(truncation head) or those and, after a space, its last max_length * 16",
+                          "lowercase (Python str.lower); <br>, <br/>, <br /> (any case) -> a space",
+                          "if not ASCII: Unicode NFD, drop the nonspacing marks (category Mn)",
+                          "tokens: the matches of the Python regex \\w+|[^\\w\\s]",
+                          "keep max_length tokens (with word pairs in vocab.txt: max_length // 2) by truncation: head "
+                          "= the first, tail = the last, head_tail = the first quarter and the rest from the end",
+                          "id = the token's vocab.txt line (0-based), unknown_id when absent",
+                          "word pairs (vocab.txt lines with a space): append the ids of the known 'a b' pairs of "
+                          "consecutive kept tokens, up to max_length ids in all",
+                          "pad with pad_id to max_length"],
+                "word_pairs": tokenizer.with_bigrams}
+    pieces = classifier.model.preprocessor.tokenizer if classifier.kind == "bert" else classifier.tokenizer
+    wordpiece = {"lowercase": bool(pieces.lowercase), "strip_accents": bool(pieces.strip_accents),
+                 "split_on_cjk": bool(pieces.split_on_cjk), "suffix_indicator": pieces.suffix_indicator,
+                 "oov_token": pieces.oov_token, "max_bytes_per_word": 100}
+    steps = [f"<br>, <br/>, <br /> (any case) -> a space; runs of whitespace -> one space; strip; keep the first "
+             f"{classifier.max_length * CHARS_PER_TOKEN_LIMIT} characters",
+             "KerasHub WordPiece: with strip_accents, Unicode NFD and drop the marks (Mn); split at ' \\t\\n\\r\\f' "
+             "and control/format characters (Cc, Cf: dropped) and at punctuation (ASCII non-alphanumerics and P*) and, "
+             "with split_on_cjk, CJK ideographs (kept as tokens); with lowercase, NFKC case folding (NFKC, casefold, "
+             "NFKC, drop default-ignorable code points); each word greedy longest-match-first over vocab.txt, later "
+             "pieces prefixed suffix_indicator; a word over max_bytes_per_word UTF-8 bytes or without a match is "
+             "oov_token"]
+    if classifier.kind == "bert":
+        return {"kind": "bert", **common, **wordpiece,
+                "steps": [*steps, "[CLS] + the first max_length - 2 pieces + [SEP] (their vocab.txt ids), "
+                          "padded with pad_id"]}
+    return {"kind": "wordpiece", **common, **empty, **wordpiece,
+            "steps": [*steps, "the first max_length piece ids, padded with pad_id; no pieces: one unknown_id"]}
 
 
 def classifier_function(classifier) -> Callable:
@@ -137,7 +215,7 @@ class _WordPieceTexts:
     """Strings -> ids with the classifier's KerasHub WordPiece tokenizer (a Keras layer)."""
 
     def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
+        self.tokenizer = self.resource = tokenizer
         self.limit = tokenizer.sequence_length * 16
 
     def __call__(self, texts):
@@ -151,6 +229,7 @@ class _BertTexts:
 
     def __init__(self, preprocessor, limit: int):
         self.preprocessor, self.limit = preprocessor, limit
+        self.resource = preprocessor
 
     def __call__(self, texts):
         import tensorflow as tf

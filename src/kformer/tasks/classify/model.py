@@ -109,12 +109,13 @@ class Classifier(TaskModel):
     def _probabilities_of_ids(self, ids: np.ndarray) -> np.ndarray:
         """One batch: ids ``(batch, width)`` -> the network's probabilities ``(batch, classes)`` float32.
 
-        The batch is padded to a :func:`~kformer.data.batching.batch_bucket` (and its width is
-        already a width bucket), so the network meets only the shapes :meth:`warmup` compiled.
+        On Keras the batch is padded to a :func:`~kformer.data.batching.batch_bucket` (and its
+        width is already a width bucket), so the network meets only the shapes :meth:`warmup`
+        compiled; ONNX Runtime takes it as it is.
         """
         from kformer.data.batching import batch_bucket, pad_rows
 
-        if self.predictor.any_shape:  # one graph for every shape: the batch as it is
+        if self.predictor.any_shape or not self.predictor.costs.pads_rows:  # any shape: the batch as it is
             return self._run_network(ids)
         largest = self.predictor.max_batch
         if largest and len(ids) > largest:  # the network meets only warmed batch sizes
@@ -128,10 +129,13 @@ class Classifier(TaskModel):
         """The network's class probabilities ``(len(texts), len(labels))`` float32 (the Transformer
         alone, without the wide part), rows in input order.
 
-        Texts are tokenised once, sorted by length and cut into batches of ``batch_size`` (at
-        most the predictor's largest batch, 64 for Keras), each cut to its longest row's width
-        bucket (BERT on TensorFlow: to exactly its longest row)."""
-        from kformer.data.batching import bucket_width, length_bucketed_batches
+        Texts are tokenised once, sorted by length and cut into network calls of at most
+        ``batch_size`` rows (at most the predictor's largest batch, 64 for Keras), each at its
+        longest row's width bucket: the cuts of least cost the runtime measured at warmup
+        (:func:`~kformer.tasks.classify.batch_plan.plan`; BERT on TensorFlow: batches cut to
+        exactly their longest row)."""
+        from kformer.data.batching import length_bucketed_batches
+        from kformer.tasks.classify.batch_plan import plan
 
         texts = check_texts(texts)
         batch_size = _positive_int(batch_size, "batch_size")
@@ -140,10 +144,11 @@ class Classifier(TaskModel):
         ids = self.features(texts)
         lengths = (ids != 0).sum(axis=1)
         probs = np.zeros((len(texts), len(self.labels)), dtype="float32")
-        exact = self.predictor.any_shape
-        for rows in length_bucketed_batches(lengths, batch_size):
-            longest = max(int(lengths[rows].max()), 1)
-            width = longest if exact else bucket_width(longest, ids.shape[1])
+        if self.predictor.any_shape:
+            calls = [(rows, max(int(lengths[rows].max()), 1)) for rows in length_bucketed_batches(lengths, batch_size)]
+        else:
+            calls = plan(lengths, ids.shape[1], batch_size, self.predictor.costs)
+        for rows, width in calls:
             probs[rows] = self._probabilities_of_ids(ids[rows, :width])
         return probs
 
@@ -165,14 +170,9 @@ class Classifier(TaskModel):
         the calibrated threshold (a run with ``calibrate``; :attr:`threshold`), if any; 0 turns
         the unknown route off.
         """
-        top_k = _positive_int(top_k, "top_k")
+        self.check_values({"top_k": top_k, "threshold": threshold, "unknown_label": unknown_label})
         if threshold is None:
             threshold = self.threshold
-        if threshold is not None:
-            if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0.0 <= threshold <= 1.0:
-                raise BadInput(f"{{field}} must be between 0 and 1, got {threshold!r}", field="threshold")
-        if not isinstance(unknown_label, str):
-            raise BadInput(f"{{field}} must be a string, not {type(unknown_label).__name__}", field="unknown_label")
         probs = self.probabilities(texts, batch_size=batch_size)
         order = np.argsort(-probs, axis=1, kind="stable")[:, : min(top_k, len(self.labels))]
         results = []
@@ -183,9 +183,16 @@ class Classifier(TaskModel):
                             "probability": top[0]["probability"], "unknown": bool(unknown), "top_k": top})
         return results
 
-    def predict_instances(self, instances: list[str], parameters: dict[str, Any] | None = None) -> list[dict]:
-        """The REST form of :meth:`predict`: ``parameters`` may hold top_k, threshold, unknown_label."""
-        return self.predict(check_texts(instances, "instances"), **self.check_parameters(parameters))
+    def check_values(self, parameters: dict[str, Any]) -> None:
+        """``top_k`` a whole number >= 1, ``threshold`` None or within 0..1, ``unknown_label`` a string."""
+        _positive_int(parameters["top_k"], "top_k")
+        threshold = parameters["threshold"]
+        if threshold is not None:
+            if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0.0 <= threshold <= 1.0:
+                raise BadInput(f"{{field}} must be between 0 and 1, got {threshold!r}", field="threshold")
+        if not isinstance(parameters["unknown_label"], str):
+            raise BadInput(f"{{field}} must be a string, not {type(parameters['unknown_label']).__name__}",
+                           field="unknown_label")
 
     def scores(self, data: LabelledTexts | Iterable[LabelledTexts], batch_size: int = 64) -> dict[str, Any]:
         """:func:`kformer.metrics.classification_scores` of the model on ``data`` (LabelledTexts, or
@@ -264,8 +271,12 @@ class Classifier(TaskModel):
 
     def warmup(self) -> None:
         """One prediction per batch bucket and width bucket up to ``max_length``: every shape a
-        request of up to 64 texts can bring, so none waits for a compile (BERT on TensorFlow: one
-        batch traces the graph every shape runs in, and one text is tokenised)."""
+        request of up to 64 texts can bring, so none waits for a compile; then each shape once
+        more, timed: the costs batches are cut by (:mod:`~kformer.tasks.classify.batch_plan`).
+        BERT on TensorFlow: one batch traces the graph every shape runs in, and one text is
+        tokenised."""
+        import time
+
         from kformer.data.batching import BATCH_BUCKETS, bucket_width
 
         if self.predictor.any_shape:
@@ -273,7 +284,11 @@ class Classifier(TaskModel):
             return
         for width in sorted({bucket_width(n, self.max_length) for n in range(1, self.max_length + 1)}):
             for rows in BATCH_BUCKETS:
-                self._probabilities_of_ids(np.full((rows, width), 1, dtype="int32"))
+                ids = np.full((rows, width), 1, dtype="int32")
+                self._probabilities_of_ids(ids)
+                started = time.perf_counter()
+                self._probabilities_of_ids(ids)
+                self.predictor.costs.record(rows, width, time.perf_counter() - started)
 
 
 def _positive_int(value, field: str) -> int:

@@ -3,8 +3,9 @@
 (``kformer.load(folder, runtime="onnx")``; ``kformer serve --runtime``).
 
 A predictor turns token ids ``(batch, width)`` int32 into probabilities ``(batch, classes)``
-float32. ``"onnx"`` converts the network to ONNX in memory (the same conversion as ``kformer
-export --format onnx``); attention maps still come from the Keras model. ``"onnx-int8"`` also
+float32. ``"onnx"`` converts the network to ONNX (the same conversion as ``kformer export --format onnx``)
+once per folder version, kept in the folder's ``runtimes/`` (:func:`kformer.folders.converted`);
+attention maps still come from the Keras model. ``"onnx-int8"`` also
 quantizes the converted network's matrix weights to 8 bits (ONNX Runtime's dynamic quantization:
 activations are quantized per batch as they run): faster for large networks (a fine-tuned
 MiniLM), at a small cost in accuracy that BENCHMARKS.md measures. Other tasks keep Keras (their
@@ -52,7 +53,10 @@ class KerasPredictor:
     max_batch = BATCH_BUCKETS[-1]  # the largest batch warmup compiles
 
     def __init__(self, model, kind: str):
+        from kformer.tasks.classify.batch_plan import CallCosts
+
         self.model, self.kind = model, kind
+        self.costs = CallCosts(pads_rows=True)  # a call runs at a compiled batch size: rows are padded up
         # kind "bert" on TensorFlow: the network as one graph of any (batch, width), built on first
         # use (any_shape; False: none on this backend)
         self.graph = None
@@ -107,9 +111,11 @@ class OnnxPredictor:
     max_batch = None
 
     def __init__(self, onnx_model: bytes, threads: int | None = None, name: str = "onnx"):
-        self.name = name
         from kformer.extras import require
+        from kformer.tasks.classify.batch_plan import CallCosts
 
+        self.name = name
+        self.costs = CallCosts(pads_rows=False)  # any batch size runs as it is
         require(f"the {name} runtime", "export", ("onnxruntime",), field="runtime")
         import onnxruntime as ort
 
@@ -117,23 +123,33 @@ class OnnxPredictor:
         if threads:
             options.intra_op_num_threads = int(threads)
             options.inter_op_num_threads = 1
+        # idle pool threads sleep instead of spinning: they would take the cores the service's
+        # event loop and inference thread need between calls
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(onnx_model, options, providers=["CPUExecutionProvider"])
         self.input = self.session.get_inputs()[0].name
 
     @classmethod
     def for_classifier(cls, classifier, threads: int | None = None, int8: bool = False) -> OnnxPredictor:
-        """Convert ``classifier``'s network (its ``serving_default`` export) to ONNX in memory;
-        with ``int8``, its matrix weights quantized to 8 bits (:func:`quantize_int8`)."""
-        from kformer.models.export_plan import onnx_file, require_onnx
-        from kformer.tasks.classify.export import classifier_endpoint
+        """``classifier``'s network (token ids -> probabilities) as ONNX; with ``int8``, its matrix
+        weights quantized to 8 bits (:func:`quantize_int8`). Converted once per folder version and
+        kept with the folder (:func:`kformer.folders.converted`): a restart or reload reads it back."""
+        from kformer.folders import converted
 
-        require_onnx()
-        with tempfile.TemporaryDirectory(prefix="kformer-onnx-") as tmp:
-            path = Path(tmp) / "model.onnx"
-            onnx_file(classifier_endpoint(classifier), path, classifier.model)
-            if int8:
-                path = quantize_int8(path, Path(tmp) / "model-int8.onnx")
-            return cls(path.read_bytes(), threads, "onnx-int8" if int8 else "onnx")
+        def convert(path: Path) -> None:
+            from kformer.models.export_plan import onnx_file, require_onnx
+            from kformer.tasks.classify.export import network_endpoint
+
+            require_onnx()
+            if not int8:
+                onnx_file(network_endpoint(classifier), path, classifier.model)
+                return
+            with tempfile.TemporaryDirectory(prefix="kformer-onnx-") as tmp:
+                onnx_file(network_endpoint(classifier), Path(tmp) / "network.onnx", classifier.model)
+                quantize_int8(Path(tmp) / "network.onnx", path)
+
+        name = "network-int8.onnx" if int8 else "network.onnx"
+        return cls(converted(classifier.folder, name, convert), threads, "onnx-int8" if int8 else "onnx")
 
     def __call__(self, ids: np.ndarray) -> np.ndarray:
         return self.session.run(None, {self.input: np.asarray(ids, dtype="int32")})[0].astype("float32", copy=False)

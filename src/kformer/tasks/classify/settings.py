@@ -52,7 +52,7 @@ class ClassifyConfig:
     wide: bool | Auto = setting(
         AUTO, "model", "also fit a TF-IDF n-gram + logistic regression part on the training split and mix its "
         "probabilities with the network's by a weight chosen on validation; metrics.json \"wide\" shows what each "
-        "part scores, and such a model cannot be exported (a recipe that does not name it: off)")
+        "part scores; exports carry it in their graph (a recipe that does not name it: off)")
     wide_refit: bool = setting(
         False, "model", "once the mix weight is chosen, fit the wide part again on the training and validation "
         "texts together (same C; its time counts in max_minutes; on in the banking77-minilm and imdb-best recipes)")

@@ -17,8 +17,8 @@ rebuilds each ``TfidfVectorizer`` from its fixed vocabulary and ``idf_``. The pa
 part used right after training are the same numbers (coefficients are rounded to float16 before
 either uses them), so a loaded folder predicts exactly what its metrics were measured with.
 
-What the wide part does not reach: attention maps show the Transformer alone, and
-``kformer export`` refuses a folder with a wide part (:class:`~kformer.errors.Unsupported`).
+What the wide part does not reach: attention maps show the Transformer alone. An export carries it
+as graph operations (:mod:`kformer.tasks.classify.wide_graph`).
 """
 
 from __future__ import annotations

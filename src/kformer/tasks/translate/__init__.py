@@ -22,6 +22,7 @@ pairs), :mod:`.batches` (training batches), :mod:`.model` (the loaded :class:`Tr
 folder format), :mod:`.train` (the training run).
 """
 
+from kformer.tasks.translate.exported import ExportedTranslator, load_export
 from kformer.tasks.translate.model import MAX_REPEAT, Translator, check_decoding, load, save
 from kformer.tasks.translate.pairs import PairData, read_pair_data
 from kformer.tasks.translate.settings import TranslateConfig
@@ -31,5 +32,5 @@ translate = Translator.translate
 evaluate = Translator.evaluate
 attention_maps = Translator.attention_maps
 
-__all__ = ["MAX_REPEAT", "PairData", "TranslateConfig", "Translator", "attention_maps", "check_decoding", "evaluate",
-           "load", "read_pair_data", "save", "train", "translate"]
+__all__ = ["ExportedTranslator", "MAX_REPEAT", "PairData", "TranslateConfig", "Translator", "attention_maps",
+           "check_decoding", "evaluate", "load", "load_export", "read_pair_data", "save", "train", "translate"]

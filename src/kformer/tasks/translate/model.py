@@ -35,12 +35,12 @@ TEST_TRANSLATIONS_FILE = "test_translations.json"
 MAX_REPEAT = 3
 
 
-def check_decoding(beam: int, batch_size: int, max_repeat: int = MAX_REPEAT, prefix: str = "") -> None:
+def check_decoding(beam: int, batch_size: int, max_repeat: int = MAX_REPEAT) -> None:
     """Reject a ``beam`` or ``batch_size`` below 1 or a ``max_repeat`` below 0 (before a model is
-    loaded or run); the error's field is ``prefix`` + the name (``"parameters."`` for a request)."""
+    loaded or run); the error's field is the name."""
     for name, value, least in (("beam", beam, 1), ("batch_size", batch_size, 1), ("max_repeat", max_repeat, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise BadInput(f"{{field}} must be at least {least}, not {value!r}", field=prefix + name)
+            raise BadInput(f"{{field}} must be at least {least}, not {value!r}", field=name)
 
 
 # --- the folder ------------------------------------------------------------------------------------
@@ -265,13 +265,14 @@ class Translator(TaskModel):
                 write_json_atomic(stage / "translations.json", translation_rows(pairs, hypotheses))
         return scores
 
-    def predict_instances(self, instances: list[str], parameters: dict[str, Any] | None = None) -> list[dict]:
-        """``{"translation": ...}`` per input sentence (parameters: ``beam``, ``max_repeat``)."""
-        parameters = self.check_parameters(parameters)
-        instances = check_texts(instances, "instances")
-        check_decoding(parameters["beam"], 1, parameters["max_repeat"], prefix="parameters.")
-        return [{"translation": text}
-                for text in self.translate(instances, beam=parameters["beam"], max_repeat=parameters["max_repeat"])]
+    def predict(self, instances: Sequence[str], *, beam: int = 1, max_repeat: int = MAX_REPEAT,
+                batch_size: int = 64) -> list[dict[str, Any]]:
+        """``{"translation": ...}`` per input sentence: :meth:`translate`'s answers as dicts."""
+        return [{"translation": text} for text in self.translate(instances, beam=beam, batch_size=batch_size,
+                                                                 max_repeat=max_repeat)]
+
+    def check_values(self, parameters: dict[str, Any]) -> None:
+        check_decoding(parameters["beam"], 1, parameters["max_repeat"])
 
     def attention_maps(self, text: str) -> AttentionMaps:
         """Translate ``text`` greedily; encoder, decoder-self and cross attention of every layer and
@@ -303,8 +304,9 @@ class Translator(TaskModel):
         )
 
     def export_plan(self):
-        """The encoder, one decoder step and greedy decoding (:mod:`kformer.models.seq2seq_export`),
-        each greedy row capped by :attr:`decode_length`; the SentencePiece files beside them."""
+        """The encoder, one cached decoder step and greedy decoding (:mod:`kformer.models.seq2seq_export`),
+        each greedy row capped by :attr:`decode_length`, with the default repeat limit; the
+        vocabulary files beside them and in the metadata how a client prepares a source."""
         import shutil
 
         from kformer.models.export_plan import Plan
@@ -317,8 +319,17 @@ class Translator(TaskModel):
             for name in files:
                 shutil.copyfile(self.folder / name, folder / name)
 
-        return Plan(TASK, seq2seq_endpoints(self.model, self.decode_length), [self.model], write_files,
-                    {"vocabulary_files": files, **seq2seq_info(self.model)})
+        info = {"vocabulary_files": files, **seq2seq_info(self.model, MAX_REPEAT),
+                "source_vocabulary": files[0], "target_vocabulary": files[-1], "decode_length": self.decode_length,
+                "vocabulary_kind": "words" if vocab.get("kind") == "words" else "sentencepiece",
+                "source_text": "NFC-normalised, runs of whitespace -> one space, stripped; then its ids (sentencepiece: "
+                               "the model's pieces; words: each space-separated word's line in the file, unknown "
+                               f"words [UNK]), no [START]/[END], the first {self.max_source_length}; no ids: one [UNK]",
+                "target_text": "the ids before [END], without ids 0-2, detokenised (words: joined by spaces)",
+                "length_cap": "a source of n ids gets at most min(max_target_length, ceil(per_source_token * n) + "
+                              "extra) target tokens ([END] included; decode_length)"}
+        return Plan(TASK, seq2seq_endpoints(self.model, self.decode_length, MAX_REPEAT), [self.model], write_files,
+                    info)
 
     def warmup(self, beams: Sequence[int] = (1,)) -> None:
         """Decode once per decode shape (batch and width bucket) and beam width in ``beams``

@@ -1,0 +1,165 @@
+"""Classify with a kformer ONNX export -- onnxruntime and NumPy only (and Python's standard
+library), no kformer: it tokenises as ``metadata.json["tokenizer"]`` says.
+
+    python docs/onnx_classify_client.py EXPORT_DIR "my laptop screen is broken" "refund please"
+
+EXPORT_DIR is what ``kformer export MODEL_DIR --format onnx --out EXPORT_DIR`` wrote for a
+classifier: ``model.onnx`` (``token_ids`` -- and ``texts`` when the model mixes in its wide n-gram
+part, which runs inside the graph -- to ``probabilities`` and ``labels``), ``vocab.txt``,
+``labels.txt`` and ``metadata.json``. ONNX has no operator for the Unicode normalisation and the
+word splitting kformer's tokenizers do, so they are here: kformer's word tokenizer (``kind``
+``word``) and KerasHub's WordPiece (``wordpiece``; ``bert`` adds ``[CLS]``/``[SEP]``). The answers
+are ``kformer predict``'s, the calibrated threshold included (``tests/test_export.py`` checks it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import unicodedata
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+HTML_BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
+WORD_TOKEN = re.compile(r"\w+|[^\w\s]")
+CJK = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
+       (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+IGNORABLE = ((0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160), (0x17B4, 0x17B5),
+             (0x180B, 0x180F), (0x200B, 0x200F), (0x202A, 0x202E), (0x2060, 0x206F), (0x3164, 0x3164),
+             (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0x1BCA0, 0x1BCA3),
+             (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF))
+CHARS_PER_TOKEN = 16
+
+
+class OnnxClassifier:
+    """The export in ``folder``: ``predict(texts)`` -> one dict per text, as ``kformer predict``."""
+
+    def __init__(self, folder: str | Path):
+        folder = Path(folder)
+        self.meta = json.loads((folder / "metadata.json").read_text(encoding="utf-8"))
+        self.spec = self.meta["tokenizer"]
+        self.vocabulary = (folder / self.spec["vocabulary_file"]).read_text(encoding="utf-8").splitlines()
+        self.ids = {token: i for i, token in enumerate(self.vocabulary)}
+        self.session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+
+    def token_ids(self, texts: list[str]) -> np.ndarray:
+        """``(len(texts), max_length)`` int32, as kformer tokenises."""
+        length = self.spec["max_length"]
+        ids = np.full((len(texts), length), self.spec["pad_id"], dtype="int32")
+        for row, text in enumerate(texts):
+            tokens = self.word_ids(text) if self.spec["kind"] == "word" else self.piece_ids(text)
+            ids[row, : len(tokens[:length])] = tokens[:length]
+            if self.spec["kind"] != "bert" and not tokens:
+                ids[row, 0] = self.spec["unknown_id"]
+        return ids
+
+    # --- kformer's word tokenizer (kind "word") ---
+
+    def word_ids(self, text: str) -> list[int]:
+        spec, limit = self.spec, self.spec["max_length"] * CHARS_PER_TOKEN
+        if len(text) > 2 * limit:
+            text = text[:limit] if spec["truncation"] == "head" else text[:limit] + " " + text[-limit:]
+        text = HTML_BREAK.sub(" ", text.lower())
+        if not text.isascii():
+            text = "".join(c for c in unicodedata.normalize("NFD", text) if unicodedata.category(c) != "Mn")
+        words = WORD_TOKEN.findall(text)
+        keep = max(1, spec["max_length"] // 2) if spec["word_pairs"] else spec["max_length"]
+        if len(words) > keep:
+            head = {"head": keep, "tail": 0, "head_tail": keep // 4}[spec["truncation"]]
+            words = words[:head] + words[len(words) - (keep - head):]
+        ids = [self.ids.get(word, spec["unknown_id"]) for word in words]
+        if spec["word_pairs"]:
+            pairs = [self.ids.get(f"{a} {b}") for a, b in zip(words, words[1:], strict=False)]
+            ids += [i for i in pairs if i is not None][: spec["max_length"] - len(ids)]
+        return ids
+
+    # --- KerasHub WordPiece (kinds "wordpiece" and "bert") ---
+
+    def piece_ids(self, text: str) -> list[int]:
+        spec = self.spec
+        text = " ".join(HTML_BREAK.sub(" ", text).split())[: spec["max_length"] * CHARS_PER_TOKEN]
+        pieces = [piece for word in self.words(text) for piece in self.word_pieces(word)]
+        ids = [self.ids[piece] for piece in pieces]
+        if spec["kind"] == "bert":
+            return [self.ids["[CLS]"], *ids[: spec["max_length"] - 2], self.ids["[SEP]"]]
+        return ids
+
+    def words(self, text: str) -> list[str]:
+        spec = self.spec
+        if spec["strip_accents"]:
+            text = "".join(c for c in unicodedata.normalize("NFD", text) if unicodedata.category(c) != "Mn")
+        words, current = [], ""
+        for char in text:
+            kept = _punctuation(char) or (spec["split_on_cjk"] and _in(char, CJK))
+            if kept or char in " \t\n\r\f" or unicodedata.category(char) in ("Cc", "Cf"):
+                words += [current] if current else []
+                words += [char] if kept else []
+                current = ""
+            else:
+                current += char
+        words += [current] if current else []
+        return [_case_fold(word) for word in words] if spec["lowercase"] else words
+
+    def word_pieces(self, word: str) -> list[str]:
+        spec = self.spec
+        if len(word.encode("utf-8")) > spec["max_bytes_per_word"]:
+            return [spec["oov_token"]]
+        pieces, start = [], 0
+        while start < len(word):
+            end = len(word)
+            while end > start:
+                piece = (spec["suffix_indicator"] if start else "") + word[start:end]
+                if piece in self.ids:
+                    break
+                end -= 1
+            else:
+                return [spec["oov_token"]]
+            pieces.append(piece)
+            start = end
+        return pieces
+
+    # --- the model ---
+
+    def probabilities(self, texts: list[str]) -> np.ndarray:
+        feed = {"token_ids": self.token_ids(texts)}
+        if self.meta.get("wide"):  # the wide n-gram part reads the texts, cut to its length, in the graph
+            feed["texts"] = np.array([text[: self.meta["wide"]["max_chars"]] for text in texts], dtype=object)
+        return self.session.run(["probabilities"], feed)[0]
+
+    def predict(self, texts: list[str], top_k: int = 1) -> list[dict]:
+        """Label, probability, unknown (below the calibrated threshold) and the top_k labels."""
+        labels, threshold = self.meta["labels"], self.meta.get("threshold")
+        results = []
+        for row in self.probabilities(texts):
+            order = np.argsort(-row, kind="stable")[:top_k]
+            unknown = threshold is not None and float(row[order[0]]) < threshold
+            results.append({"label": self.meta["unknown_label"] if unknown else labels[order[0]],
+                            "probability": round(float(row[order[0]]), 6), "unknown": unknown,
+                            "top_k": [{"label": labels[j], "probability": round(float(row[j]), 6)} for j in order]})
+        return results
+
+
+def _in(char: str, ranges) -> bool:
+    return any(lo <= ord(char) <= hi for lo, hi in ranges)
+
+
+def _punctuation(char: str) -> bool:
+    code = ord(char)
+    return 33 <= code <= 47 or 58 <= code <= 64 or 91 <= code <= 96 or 123 <= code <= 126 or \
+        unicodedata.category(char).startswith("P")
+
+
+def _case_fold(word: str) -> str:
+    """NFKC case folding (tf_text.case_fold_utf8), as KerasHub lowercases."""
+    word = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", word).casefold())
+    return "".join(c for c in word if not _in(c, IGNORABLE))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        sys.exit("usage: python onnx_classify_client.py EXPORT_DIR TEXT [TEXT ...]")
+    for answer in OnnxClassifier(sys.argv[1]).predict(sys.argv[2:]):
+        print(json.dumps(answer, ensure_ascii=False))

@@ -1,0 +1,77 @@
+"""What every classifier export must do, checked on a folder the calling test trained: both formats
+give ``kformer predict``'s labels and probabilities (within 1e-4) on the test's texts, with the
+labels, the threshold and how to tokenise in the metadata; the reference ONNX client
+(docs/onnx_classify_client.py) tokenises to kformer's ids and answers as ``predict``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+ATOL = 1e-4
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def docs_module(name: str):
+    """``docs/<name>.py`` as a module (the reference clients import no kformer)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, DOCS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_classifier_exports(folder: Path, texts: list[str], out: Path) -> dict[str, dict]:
+    """Export ``folder`` as a SavedModel and as ONNX into ``out``; assert both give what the loaded
+    classifier gives on ``texts``; return the two metadata.json dicts by format."""
+    import onnxruntime as ort
+    import tensorflow as tf
+
+    from kformer import load
+    from kformer.export import export
+    from kformer.tasks.classify.wide import MAX_CHARS
+
+    classifier = load(folder)
+    expected = classifier.probabilities(texts)
+    labels = [p["label"] for p in classifier.predict(texts, threshold=0.0)]  # the most likely, no unknown route
+    ids = classifier.features(texts)
+    wide = classifier.wide is not None and classifier.wide.weight > 0
+    metadata = {}
+
+    export(folder, out / "saved_model", "saved_model")
+    loaded = tf.saved_model.load(str(out / "saved_model" / "1"))
+    inputs = {"token_ids": tf.constant(ids), **({"texts": tf.constant(texts)} if wide else {})}
+    answers = [loaded.signatures["serving_default"](**inputs)]
+    if "texts" in loaded.signatures:
+        answers.append(loaded.signatures["texts"](texts=tf.constant(texts)))
+    assert len(answers) == 2 or classifier.kind == "encoder"  # only a word-pair vocabulary lacks an in-graph tokenizer
+    for answer in answers:
+        np.testing.assert_allclose(answer["probabilities"].numpy(), expected, atol=ATOL)
+        assert [label.decode() for label in answer["labels"].numpy()] == labels
+
+    export(folder, out / "onnx", "onnx")
+    session = ort.InferenceSession(str(out / "onnx" / "model.onnx"))
+    feed = {"token_ids": ids, **({"texts": np.array([t[:MAX_CHARS] for t in texts], dtype=object)} if wide else {})}
+    assert {i.name for i in session.get_inputs()} == set(feed)
+    probabilities, onnx_labels = session.run(["probabilities", "labels"], feed)
+    np.testing.assert_allclose(probabilities, expected, atol=ATOL)
+    assert list(onnx_labels) == labels
+
+    client = docs_module("onnx_classify_client").OnnxClassifier(out / "onnx")
+    np.testing.assert_array_equal(client.token_ids(texts), ids)
+    served = [load(out / kind) for kind in ("saved_model", "onnx")]  # what `kformer serve` does with an export
+    predicted = classifier.predict(texts, top_k=2)
+    for answers in (client.predict(texts, top_k=2), *(model.predict(texts, top_k=2) for model in served)):
+        assert [(a["label"], a["unknown"], [t["label"] for t in a["top_k"]]) for a in answers] == [
+            (p["label"], p["unknown"], [t["label"] for t in p["top_k"]]) for p in predicted]
+        np.testing.assert_allclose([a["probability"] for a in answers], expected.max(axis=1), atol=ATOL)
+
+    for kind in ("saved_model", "onnx"):
+        metadata[kind] = json.loads((out / kind / "metadata.json").read_text(encoding="utf-8"))
+        assert metadata[kind]["labels"] == classifier.labels and metadata[kind]["threshold"] == classifier.threshold
+        assert metadata[kind]["tokenizer"]["max_length"] == classifier.max_length
+        assert (metadata[kind]["wide"] is not None) == wide
+    return metadata
