@@ -49,6 +49,32 @@ def assert_config_round_trip(layer, *args, **kwargs):
     return clone
 
 
+def gradient(layer, variable, loss_of_outputs, *args, **kwargs):
+    """d loss / d ``variable`` as a numpy array, where loss = ``loss_of_outputs(layer(*args,
+    **kwargs))``, under whichever backend runs the tests (TensorFlow's tape or ``jax.grad`` over
+    ``layer.stateless_call``)."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        with tf.GradientTape() as tape:
+            loss = loss_of_outputs(layer(*args, **kwargs))
+        return numpy(tf.convert_to_tensor(tape.gradient(loss, variable)))
+    if backend == "jax":
+        import jax
+
+        trainable = [v.value for v in layer.trainable_variables]
+        non_trainable = [v.value for v in layer.non_trainable_variables]
+        index = next(i for i, v in enumerate(layer.trainable_variables) if v is variable)
+
+        def loss(values):
+            outputs, _ = layer.stateless_call(values, non_trainable, *args, **kwargs)
+            return loss_of_outputs(outputs)
+
+        return numpy(jax.grad(loss)(trainable)[index])
+    raise NotImplementedError(f"gradient() has no {backend} branch")
+
+
 def save_and_load(model, tmp_path):
     """``model`` written to a ``.keras`` file and read back with ``safe_mode=True``."""
     path = tmp_path / "model.keras"
