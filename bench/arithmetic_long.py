@@ -20,7 +20,7 @@ the same slice, other draws), which were validation for that choice; this table'
 drawn afresh (``seed``) and scored once. ``--seeds 3`` reports each row as the mean of three
 training seeds (the spread in ``exact_20_min`` / ``exact_30_min``).
 
-    python -m bench.arithmetic_long [--minutes 10] [--short-minutes 2] [--held-out 10000] [--no-record]
+    python -m bench.arithmetic_long [--minutes 10] [--short-minutes 2] [--held-out 10000] [--held-out-others N] [--no-record]
     python -m bench.arithmetic_long --minutes 0.3 --short-minutes 0.2 --held-out 50 --schemes learned abacus --no-record
 """
 
@@ -41,23 +41,29 @@ SCHEMES = {  # row name -> the settings it changes in the recipe
     "abacus": {"positions": "abacus"},
     "abacus, attention everywhere": {"positions": "abacus", "attention_window": 0},  # what the window adds
 }
-SETUPS = (  # recipe, what it trains on, longest length scored
-    ("arithmetic-long", "operands <= 10 digits", 40),
-    ("arithmetic", "operands <= 4 digits", 8),
+SETUPS = (  # recipe, what it trains on, longest length scored, the lengths a target is set at
+    ("arithmetic-long", "operands <= 10 digits", 40, (20, 30)),
+    ("arithmetic", "operands <= 4 digits", 8, (8,)),
 )
 BUDGET = "fit start to last step: XLA compile + checkpoint every epoch; scoring outside"
 SCORE_SEED = 31  # problems unlike those of a training run's by_length (seed 2026)
 
 
-def train_and_score(recipe: str, scheme: dict, minutes: float, longest: int, held_out: int, seed: int) -> dict:
-    """Train ``recipe`` changed by ``scheme`` for ``minutes``; exact match per length 1..``longest``."""
+def train_and_score(recipe: str, scheme: dict, minutes: float, longest: int, held_out: int, seed: int, *,
+                    targets: tuple = (), held_out_others: int | None = None) -> dict:
+    """Train ``recipe`` changed by ``scheme`` for ``minutes``; exact match per length 1..``longest``
+    on ``held_out`` problems per length (``held_out_others`` at lengths not in ``targets``)."""
     overrides = {**scheme, "max_minutes": minutes, "epochs": 10**6, "seed": seed, "digits": longest,
                  "held_out_size": min(held_out, 2000), "held_out_per_length": 0}
     config = make_config(arithmetic.ArithmeticConfig, "arithmetic", recipe, overrides)
     with tempfile.TemporaryDirectory(prefix="kformer-arith-long-") as out:
         metrics = arithmetic.train(config, None, out).metrics
         model = arithmetic.load(out)
-        by_length = model.score_lengths(range(1, longest + 1), held_out, seed=SCORE_SEED)
+        others = held_out if held_out_others is None else held_out_others
+        by_length = {}
+        for length in range(1, longest + 1):
+            per_length = held_out if length in targets else others
+            by_length.update(model.score_lengths([length], per_length, seed=SCORE_SEED))
     return {"metrics": metrics, "by_length": by_length}
 
 
@@ -85,16 +91,19 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=10.0, help="training budget of each <= 10-digit model")
     parser.add_argument("--short-minutes", type=float, default=2.0, help="training budget of each <= 4-digit model")
     parser.add_argument("--held-out", type=int, default=10_000, help="held-out problems per length")
+    parser.add_argument("--held-out-others", type=int, default=None,
+                        help="held-out problems per length at lengths without a target (default: --held-out)")
     parser.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=list(SCHEMES),
                         help="the rows to train (default: all)")
     parser.add_argument("--seeds", type=int, default=1, help="training seeds per row (the mean is reported)")
     parser.add_argument("--no-record", action="store_true", help="print the table without adding it to BENCHMARKS.md")
     args = parser.parse_args()
     rows = []
-    for recipe, trained_on, longest in SETUPS:
+    for recipe, trained_on, longest, targets in SETUPS:
         minutes = args.minutes if longest > 8 else args.short_minutes
         for name in args.schemes:
-            runs = [train_and_score(recipe, SCHEMES[name], minutes, longest, args.held_out, seed)
+            runs = [train_and_score(recipe, SCHEMES[name], minutes, longest, args.held_out, seed,
+                                    targets=targets, held_out_others=args.held_out_others)
                     for seed in range(args.seeds)]
             rows.append(row(recipe, trained_on, name, runs))
             print({k: v for k, v in rows[-1].items() if k in ("system", "train_s", "8", "10", "20", "30", "40")},
@@ -104,7 +113,8 @@ def main() -> None:
         f"of CPU training per model (<= 4 digits: {args.short_minutes:g})",
         rows,
         notes="Columns 1-40: exact match on held-out problems whose two operands both have that many digits "
-        f"(up to {args.held_out:,} per length; n_per_length: fewest-most, fewer where the held-out slice of short "
+        f"(up to {args.held_out:,} at the target lengths 8, 20 and 30, "
+        f"{args.held_out if args.held_out_others is None else args.held_out_others:,} at the others; n_per_length: fewest-most, fewer where the held-out slice of short "
         "numbers is small, none of 1 digit), addition and subtraction alike, negative answers included; "
         "trained_lengths: exact match on held-out problems drawn as training draws them. Each row is one recipe "
         "with one `positions` setting; the recipes (op_columns problems at their own width, every operand length "
