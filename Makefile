@@ -35,9 +35,14 @@ browser:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-lohit-taml >/dev/null; \
 	else echo "make: chromium/fonts-lohit-taml missing and not root: the browser tests will skip"; fi
 
+# The whole suite runs on TEST_WORKERS pytest-xdist workers, a test file to a worker (module
+# fixtures train once), each worker's TensorFlow on one thread: one worker alone keeps about 1.1 of
+# 2 cores busy (Python between small ops, subprocesses starting), two fill them.
+TEST_WORKERS ?= 2
+
 test: $(TEST_STAMP) browser  ## lint, the whole suite (TensorFlow), then the layer tests under JAX
 	$(BIN)/ruff check src tests bench
-	$(BIN)/python -m pytest
+	KFORMER_THREADS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 	KERAS_BACKEND=jax $(BIN)/python -m pytest tests/layers
 
 test-fast: $(TEST_STAMP) browser  ## the tests not marked slow (no training runs)
