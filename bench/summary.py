@@ -97,6 +97,8 @@ RULES = (  # in the order of the summary's rows
     Rule("bench.en_ta", "English->Tamil", "chrf", {"system": r"^kformer (?!.*--curriculum).*, greedy$"},
          {"system": "^translation memory"}, args=TRANSLATION_ARGS),
     # arithmetic
+    Rule("bench.arithmetic", "Arithmetic: .*lesson's model alone", "exact_match", {"system": "^kformer$"},
+         {"system": "^lesson model$"}, args=("--lesson-only",)),
     Rule("bench.arithmetic", "Arithmetic: ", "exact_match", {"system": "^kformer$"},
          {"system": "^(lesson model|reference recipe)$"}),
     Rule("bench.arithmetic_long", "Arithmetic beyond the lesson", "exact_match", {"system": "digits = 10"}),
@@ -110,6 +112,8 @@ RULES = (  # in the order of the summary's rows
          {"system": "^full recompute$", "decoding": "^greedy$", "batch": "^1$"}),
     Rule("bench.decoding", "Translation decoding time", "warm_s",
          {"system": r"compiled loop"}, {"system": "^greedy$"}),
+    Rule("bench.decoding", "Exported translator", "sentences_per_s", {"system": "^ONNX Runtime"},
+         {"system": "^Keras"}),
     Rule("bench.minilm", "MiniLM prediction speed", "texts_per_s", {"system": "^kformer Classifier"},
          {"system": "^KerasHub"}),
     Rule("bench.minilm", "BANKING77 classifier on each runtime", "texts_per_s", {"system": "onnx-int8"},
@@ -194,7 +198,7 @@ def headlines(title: str, command: str, rows: Sequence[dict]) -> list[dict]:
         benchmark = " · ".join(str(piece) for piece in (name, part, suffix) if piece)
         kformer = _select(rows, rule.kformer, only)
         baseline = _select(rows, rule.baseline, only) if rule.baseline else None
-        found.append({"benchmark": benchmark, "metric": rule.metric if kformer else None,
+        found.append({"benchmark": benchmark, "metric": rule.metric if kformer or baseline else None,
                       "kformer": kformer, "baseline": baseline})
     return found
 
