@@ -50,7 +50,7 @@ SCORE_SEED = 31  # problems unlike those of a training run's by_length (seed 202
 
 
 def train_and_score(recipe: str, scheme: dict, minutes: float, longest: int, held_out: int, seed: int, *,
-                    targets: tuple = (), held_out_others: int | None = None) -> dict:
+                    targets: tuple, held_out_others: int) -> dict:
     """Train ``recipe`` changed by ``scheme`` for ``minutes``; exact match per length 1..``longest``
     on ``held_out`` problems per length (``held_out_others`` at lengths not in ``targets``)."""
     overrides = {**scheme, "max_minutes": minutes, "epochs": 10**6, "seed": seed, "digits": longest,
@@ -59,10 +59,9 @@ def train_and_score(recipe: str, scheme: dict, minutes: float, longest: int, hel
     with tempfile.TemporaryDirectory(prefix="kformer-arith-long-") as out:
         metrics = arithmetic.train(config, None, out).metrics
         model = arithmetic.load(out)
-        others = held_out if held_out_others is None else held_out_others
         by_length = {}
         for length in range(1, longest + 1):
-            per_length = held_out if length in targets else others
+            per_length = held_out if length in targets else held_out_others
             by_length.update(model.score_lengths([length], per_length, seed=SCORE_SEED))
     return {"metrics": metrics, "by_length": by_length}
 
@@ -98,12 +97,14 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=1, help="training seeds per row (the mean is reported)")
     parser.add_argument("--no-record", action="store_true", help="print the table without adding it to BENCHMARKS.md")
     args = parser.parse_args()
+    others = args.held_out if args.held_out_others is None else args.held_out_others
+    target_lengths = sorted(length for *_, targets in SETUPS for length in targets)
     rows = []
     for recipe, trained_on, longest, targets in SETUPS:
         minutes = args.minutes if longest > 8 else args.short_minutes
         for name in args.schemes:
             runs = [train_and_score(recipe, SCHEMES[name], minutes, longest, args.held_out, seed,
-                                    targets=targets, held_out_others=args.held_out_others)
+                                    targets=targets, held_out_others=others)
                     for seed in range(args.seeds)]
             rows.append(row(recipe, trained_on, name, runs))
             print({k: v for k, v in rows[-1].items() if k in ("system", "train_s", "8", "10", "20", "30", "40")},
@@ -113,8 +114,8 @@ def main() -> None:
         f"of CPU training per model (<= 4 digits: {args.short_minutes:g})",
         rows,
         notes="Columns 1-40: exact match on held-out problems whose two operands both have that many digits "
-        f"(up to {args.held_out:,} at the target lengths 8, 20 and 30, "
-        f"{args.held_out if args.held_out_others is None else args.held_out_others:,} at the others; n_per_length: fewest-most, fewer where the held-out slice of short "
+        f"(up to {args.held_out:,} at the target lengths {', '.join(map(str, target_lengths))}, "
+        f"{others:,} at the others; n_per_length: fewest-most, fewer where the held-out slice of short "
         "numbers is small, none of 1 digit), addition and subtraction alike, negative answers included; "
         "trained_lengths: exact match on held-out problems drawn as training draws them. Each row is one recipe "
         "with one `positions` setting; the recipes (op_columns problems at their own width, every operand length "
