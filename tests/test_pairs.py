@@ -13,6 +13,7 @@ from kformer.data.pairs import (
     random_holdout,
     read_document_ids,
     read_pairs,
+    source_holdout,
 )
 from kformer.errors import KformerError
 
@@ -58,6 +59,20 @@ def test_random_holdout_is_reproducible_and_disjoint():
     assert 20 < sum(p.line for p in held) / 20 < 80
     with pytest.raises(KformerError):
         random_holdout(pairs, 100)
+
+
+def test_source_holdout_takes_every_pair_of_a_held_out_source_out_of_training():
+    # 30 sources, each translated 1-3 ways
+    pairs = [Pair(f"s{i}", f"t{i}-{k}", 10 * i + k) for i in range(30) for k in range(1 + i % 3)]
+    train, held = source_holdout(pairs, 8, seed=2)
+    assert len(held) == 8 and len({p.source for p in held}) == 8
+    assert {p.source for p in train}.isdisjoint({p.source for p in held})
+    assert all(p.target.endswith("-0") for p in held)  # the first translation of each held-out source
+    assert len(train) == sum(1 for p in pairs if p.source not in {h.source for h in held})
+    assert source_holdout(pairs, 8, seed=2) == (train, held)
+    assert source_holdout(pairs, 8, seed=3)[1] != held
+    with pytest.raises(KformerError, match="distinct source"):
+        source_holdout(pairs, 30)
 
 
 def test_document_holdout_keeps_documents_whole(tmp_path):
@@ -111,6 +126,10 @@ def test_real_corpora_read_and_split(shared_data):
     assert len(es) == 118_121
     train, held = random_holdout(es, 2000, seed=0)
     assert len(held) == 2000 and len(train) == 116_121
+    seen = {p.source for p in train}
+    assert 0.15 < sum(p.source in seen for p in held) / len(held) < 0.35  # why en-es holds out by source
+    train, held = source_holdout(es, 2000, seed=0)
+    assert len(held) == 2000 and not {p.source for p in train} & {p.source for p in held}
     tico = shared_data / "en-ta-tico19"
     pairs = read_pairs(tico / "en-ta.tsv")
     documents = read_document_ids(tico / "en-ta.meta.tsv")

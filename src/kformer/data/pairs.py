@@ -2,9 +2,11 @@
 
 Both sides are NFC-normalised (so a Tamil letter typed as base + combining marks and the same
 letter typed precomposed are one string) and their whitespace collapsed. Splits are
-reproducible: a random hold-out with a fixed seed, or a document-level hold-out that keeps whole
-documents out of training (sentences of one document share names and terms, so holding out
-sentences at random would flatter the model).
+reproducible: a random hold-out with a fixed seed, a hold-out by source sentence that takes every
+pair of a held-out source out of training (corpora such as Anki translate one English sentence
+several ways, so a random hold-out leaves a quarter of its test sources in training), or a
+document-level hold-out that keeps whole documents out of training (sentences of one document
+share names and terms, so holding out sentences at random would flatter the model).
 """
 
 from __future__ import annotations
@@ -76,6 +78,25 @@ def random_holdout(pairs: Sequence[Pair], size: int, seed: int = 0) -> tuple[lis
     held = np.zeros(len(pairs), dtype=bool)
     held[np.random.default_rng(seed).permutation(len(pairs))[:size]] = True
     return [p for p, h in zip(pairs, held, strict=True) if not h], [p for p, h in zip(pairs, held, strict=True) if h]
+
+
+def source_holdout(pairs: Sequence[Pair], size: int, seed: int = 0) -> tuple[list[Pair], list[Pair]]:
+    """Split into ``(train, held_out)`` by source sentence: ``size`` distinct sources picked at
+    random (fixed ``seed``), each held out with one pair (its first); the other pairs of a held-out
+    source are dropped, so no held-out source is seen in training with another translation.
+
+    Both parts keep the input order among themselves.
+    """
+    first_of: dict[str, int] = {}
+    for index, pair in enumerate(pairs):
+        first_of.setdefault(pair.source, index)
+    if not 0 < size < len(first_of):
+        raise KformerError(f"cannot hold out {size} of {len(first_of)} distinct source sentences; choose fewer")
+    sources = list(first_of)
+    chosen = {sources[i] for i in np.random.default_rng(seed).permutation(len(sources))[:size]}
+    held_lines = {first_of[source] for source in chosen}
+    train = [p for p in pairs if p.source not in chosen]
+    return train, [p for i, p in enumerate(pairs) if i in held_lines]
 
 
 def read_document_ids(meta_path: str | os.PathLike) -> list[str]:

@@ -48,21 +48,23 @@ def _pair(item, field: str, line: int) -> Pair:
 
 
 def split_pairs(config, train: list[Pair], valid: list[Pair] | None, test: list[Pair] | None):
-    """``(train, valid, test)``: given pairs as they are, missing ones held out of ``train`` at
-    random (``config.holdout`` test pairs, at most a tenth; ``config.valid_size`` validation
-    pairs, at most a twentieth of the rest)."""
-    from kformer.data.pairs import random_holdout
+    """``(train, valid, test)``: given pairs as they are, missing ones held out of ``train`` by
+    source sentence (``config.holdout`` test pairs, at most a tenth of the distinct sources;
+    ``config.valid_size`` validation pairs, at most a twentieth of the rest): every pair of a held-out
+    source leaves training, so a source translated several ways is never scored on a translation
+    of itself it was trained on."""
+    from kformer.data.pairs import source_holdout
 
     if test is None:
-        size = min(config.holdout, len(train) // 10)
+        size = min(config.holdout, len({p.source for p in train}) // 10)
         if size < 1:
             raise BadInput(f"the training data has only {len(train)} pairs, too few to hold out test pairs; "
                            "pass {field} pairs or give at least 10", field="test")
-        train, test = random_holdout(train, size, seed=config.seed)
+        train, test = source_holdout(train, size, seed=config.seed)
     if valid is None:
-        size = min(config.valid_size, len(train) // 20)
+        size = min(config.valid_size, len({p.source for p in train}) // 20)
         if size < 1:
             raise BadInput(f"the training data has only {len(train)} pairs left, too few to hold out validation "
                            "pairs; pass {field} pairs", field="valid")
-        train, valid = random_holdout(train, size, seed=config.seed + 1)
+        train, valid = source_holdout(train, size, seed=config.seed + 1)
     return train, valid, test

@@ -28,7 +28,8 @@ class TranslateConfig:
         AUTO, "data", "subwords (SentencePiece, vocab_size) or whole words (every training word, unknown ones "
         "[UNK]; for a handful of pairs, as the Tamil lesson's levels)")
     max_length: int | Auto = setting(AUTO, "data", "subwords per sentence; longer training pairs are skipped")
-    holdout: int = setting(2000, "data", "test pairs held out at random when no test pairs are given (at most 10%)")
+    holdout: int = setting(2000, "data", "test pairs held out by source sentence (every pair of a held-out source "
+                           "leaves training) when no test pairs are given (at most 10%)")
     valid_size: int = setting(500, "data", "validation pairs held out when none are given (at most 5%)")
     dim: int | Auto = setting(AUTO, "model", "model width")
     heads: int = setting(4, "model", "attention heads")
