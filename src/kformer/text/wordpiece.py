@@ -45,7 +45,8 @@ class WordPieceVocabulary:
         rows: list[list[int]] = []
         for start in range(0, len(texts), ENCODE_CHUNK):
             ids = self.tokenizer(tf.constant(texts[start : start + ENCODE_CHUNK], dtype=tf.string))
-            rows.extend([self.cls_id, *map(int, row), self.sep_id] for row in ids.to_list())
+            ids = ids.to_list() if hasattr(ids, "to_list") else ids  # eager KerasHub gives lists
+            rows.extend([self.cls_id, *map(int, row), self.sep_id] for row in ids)
         return rows
 
     def decode(self, id_lists: Iterable[Sequence[int]]) -> list[str]:
