@@ -73,7 +73,7 @@ def test_frozen_folder_loads_alone_translates_the_same_and_keeps_the_encoder(run
     assert len(translator.translate(texts, beam=3)) == 3
     weights = encoder_weights(translator)
     assert [w.shape for _, w in weights] == [w.shape for _, w in original]
-    assert all(np.array_equal(w, o) for (_, w), (_, o) in zip(weights, original))  # frozen: exactly as loaded
+    assert all(np.array_equal(w, o) for (_, w), (_, o) in zip(weights, original, strict=True))  # frozen: exactly as loaded
     scores = translator.evaluate(pairs)
     assert {"bleu", "chrf"} <= scores.keys() and scores["n"] == len(pairs) and 0 <= scores["chrf"] <= 100
     # 4 epochs of a word-for-word mapping through a random tiny encoder: better than nothing
@@ -148,7 +148,7 @@ def test_cli_fine_tunes_an_encoder_folder_draws_its_attention_and_refuses_export
     assert (out / "source_wordpiece.txt").read_text(encoding="utf-8").splitlines() == VOCABULARY
     translator = translate.load(out)
     assert translator.manifest["encoder"]["frozen"] is False
-    changed = [path for (path, w), (_, o) in zip(encoder_weights(translator), original) if not np.array_equal(w, o)]
+    changed = [path for (path, w), (_, o) in zip(encoder_weights(translator), original, strict=True) if not np.array_equal(w, o)]
     assert len(changed) >= len(original) - 2, changed  # all but the unused [CLS] pooler's kernel and bias
     assert not any("pooled_dense" in path for path in changed)
     with pytest.raises(Unsupported, match="export of pretrained-encoder translators .*is not supported yet"):
