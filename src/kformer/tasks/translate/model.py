@@ -3,7 +3,9 @@
 The folder: ``kformer.json`` (task ``translate``, the vocabulary files, the longest source and
 target, the output cap, recipe, a metrics summary), ``model.keras``, ``vocab.spm`` (or
 ``source.spm`` and ``target.spm``; ``words.txt`` or ``source_words.txt`` and
-``target_words.txt`` for whole words), ``metrics.json``, ``test_translations.json`` and
+``target_words.txt`` for whole words; with a pretrained encoder ``source_wordpiece.txt``, its
+WordPiece vocabulary, and in ``kformer.json`` an ``encoder`` entry -- its weights are in
+``model.keras``), ``metrics.json``, ``test_translations.json`` and
 ``training/`` (checkpoint, logs, and what ``resume`` needs to rebuild the same model:
 ``state.json`` and the vocabularies, written by :func:`save_vocabs`).
 """
@@ -29,6 +31,7 @@ SHARED_VOCAB_FILE = "vocab.spm"
 SOURCE_VOCAB_FILE = "source.spm"
 TARGET_VOCAB_FILE = "target.spm"
 WORD_VOCAB_FILES = {"shared": "words.txt", "source": "source_words.txt", "target": "target_words.txt"}
+WORDPIECE_VOCAB_FILE = "source_wordpiece.txt"  # a pretrained encoder's own vocabulary, one piece a line
 TEST_TRANSLATIONS_FILE = "test_translations.json"
 # Decoding never puts more than this many copies of a word or a span of subwords back to back
 # (``max_repeat``; 0 turns the limit off): real sentences do not, looping models do.
@@ -46,8 +49,14 @@ def check_decoding(beam: int, batch_size: int, max_repeat: int = MAX_REPEAT) -> 
 # --- the folder ------------------------------------------------------------------------------------
 
 
-def _vocab_files(shared: bool, words: bool = False) -> dict[str, Any]:
-    """The manifest's ``vocab`` entry: which files hold the vocabularies."""
+def _vocab_files(source_vocab, target_vocab) -> dict[str, Any]:
+    """The manifest's ``vocab`` entry: which files hold the vocabularies (``kind``: the target's;
+    ``source_kind`` ``"wordpiece"`` for a pretrained encoder's)."""
+    shared, words = source_vocab is target_vocab, _is_words(target_vocab)
+    if _is_wordpiece(source_vocab):
+        target = WORD_VOCAB_FILES["target"] if words else TARGET_VOCAB_FILE
+        return {"shared": False, "source_kind": "wordpiece", "lowercase": source_vocab.lowercase,
+                "source": WORDPIECE_VOCAB_FILE, "target": target, **({"kind": "words"} if words else {})}
     if words:
         names = WORD_VOCAB_FILES
         return {"shared": shared, "kind": "words", "source": names["shared" if shared else "source"],
@@ -55,6 +64,12 @@ def _vocab_files(shared: bool, words: bool = False) -> dict[str, Any]:
     if shared:
         return {"shared": True, "source": SHARED_VOCAB_FILE, "target": SHARED_VOCAB_FILE}
     return {"shared": False, "source": SOURCE_VOCAB_FILE, "target": TARGET_VOCAB_FILE}
+
+
+def _is_wordpiece(vocab) -> bool:
+    from kformer.text.wordpiece import WordPieceVocabulary
+
+    return isinstance(vocab, WordPieceVocabulary)
 
 
 def _is_words(vocab) -> bool:
@@ -66,7 +81,7 @@ def _is_words(vocab) -> bool:
 def save_vocabs(folder: Path, source_vocab, target_vocab) -> dict[str, Any]:
     """Write the vocabularies into ``folder`` (the same object when shared: one file); returns
     their manifest entry, what :func:`load_vocabs` reads back."""
-    files = _vocab_files(source_vocab is target_vocab, _is_words(source_vocab))
+    files = _vocab_files(source_vocab, target_vocab)
     source_vocab.save(folder / files["source"])
     if not files["shared"]:
         target_vocab.save(folder / files["target"])
@@ -86,6 +101,14 @@ def load_vocabs(folder: Path, files: dict[str, Any]):
         except KformerError as exc:
             raise CorruptModel(exc.message_for(), field="model_dir") from None
 
+    if files.get("source_kind") == "wordpiece":
+        from kformer.text.wordpiece import WordPieceVocabulary
+
+        try:
+            source = WordPieceVocabulary.load(folder / files["source"], bool(files.get("lowercase", True)))
+        except KformerError as exc:
+            raise CorruptModel(exc.message_for(), field="model_dir") from None
+        return source, read(files.get("target", TARGET_VOCAB_FILE))
     source = read(files.get("source", SOURCE_VOCAB_FILE))
     return source, source if files.get("shared") else read(files.get("target", TARGET_VOCAB_FILE))
 
@@ -97,7 +120,8 @@ def save(translator: Translator, out: str | os.PathLike, recipe: dict, metrics: 
     from kformer.artifacts import write_json_atomic
 
     manifest = {
-        "vocab": _vocab_files(translator.source_vocab is translator.target_vocab, _is_words(translator.source_vocab)),
+        "vocab": _vocab_files(translator.source_vocab, translator.target_vocab),
+        **({"encoder": translator.manifest["encoder"]} if "encoder" in translator.manifest else {}),
         "max_source_length": translator.max_source_length,
         "max_target_length": translator.max_target_length,
         "decode_length": translator.decode_length,
@@ -122,6 +146,8 @@ def load(folder: str | os.PathLike) -> Translator:
 
     folder = Path(folder)
     manifest = read_manifest(folder, task=TASK)
+    if "encoder" in manifest:
+        import kformer.models.pretrained_seq2seq  # noqa: F401  registers the pretrained-encoder translator
     source_vocab, target_vocab = load_vocabs(folder, manifest.get("vocab", {}))
     model = load_keras_model(folder / manifest.get("model_file", MODEL_FILE))
     return Translator(model, source_vocab, target_vocab, folder, manifest)
@@ -172,6 +198,7 @@ class Translator(TaskModel):
 
     def metadata(self) -> dict[str, Any]:
         return {**super().metadata(), "shared_vocab": self.source_vocab is self.target_vocab,
+                **({"encoder": self.manifest["encoder"]} if "encoder" in self.manifest else {}),
                 "max_source_length": self.max_source_length, "max_target_length": self.max_target_length}
 
     def encode_sources(self, texts: Sequence[str]) -> list[list[int]]:
@@ -180,6 +207,9 @@ class Translator(TaskModel):
         from kformer.text.specials import UNK_ID
 
         ids = self.source_vocab.encode([normalize_text(t) for t in texts])
+        if _is_wordpiece(self.source_vocab):  # [CLS] ... [SEP]: a long source keeps its [SEP]
+            longest = self.max_source_length
+            return [seq if len(seq) <= longest else [*seq[: longest - 1], seq[-1]] for seq in ids]
         return [seq[: self.max_source_length] or [UNK_ID] for seq in ids]
 
     def _decode(self, sources: list[list[int]], beam: int, batch_size: int, max_repeat: int) -> list[str]:
@@ -309,7 +339,12 @@ class Translator(TaskModel):
         vocabulary files beside them and in the metadata how a client prepares a source."""
         import shutil
 
+        from kformer.errors import Unsupported
         from kformer.models.export_plan import Plan
+
+        if "encoder" in self.manifest:
+            raise Unsupported(f"export of pretrained-encoder translators (encoder {self.manifest['encoder']['name']}) "
+                              "is not supported yet; serve the model folder itself")
         from kformer.models.seq2seq_export import seq2seq_endpoints, seq2seq_info
 
         vocab = self.manifest.get("vocab") or {}

