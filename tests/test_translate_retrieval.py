@@ -39,14 +39,31 @@ def tiny(tmp_path_factory):
     train, valid, test = pairs[:30], pairs[30:35], pairs[35:]
     files = {name: write_tsv_pairs(root / f"{name}.tsv", rows) for name, rows in
              (("train", train), ("valid", valid), ("test", test))}
-    result = translate.train(TINY, files["train"], root / "model", valid=files["valid"], test=files["test"])
-    return {"root": root, "train": train, "valid": valid, "test": test, "files": files, "folder": result.folder}
+    tuned_on = []
+    real = retrieval.tune_on_pairs
+    with pytest.MonkeyPatch.context() as patch:  # retrieval "on": built and tuned at the end of training
+        patch.setattr(retrieval, "tune_on_pairs", lambda translator, store, pairs, *a, **k: (
+            tuned_on.append([(p.source, p.target) for p in pairs]), real(translator, store, pairs, *a, **k))[1])
+        result = translate.train({**TINY, "retrieval": "on"}, files["train"], root / "model", valid=files["valid"],
+                                 test=files["test"])
+    return {"root": root, "train": train, "valid": valid, "test": test, "files": files, "folder": result.folder,
+            "result": result, "tuned_on": tuned_on}
+
+
+def test_training_with_retrieval_on_writes_a_tuned_datastore(tiny):
+    assert tiny["tuned_on"] == [tiny["valid"]]  # the validation pairs, never the test pairs
+    manifest = json.loads((tiny["folder"] / "kformer.json").read_text(encoding="utf-8"))
+    entry, metrics = manifest["retrieval"], tiny["result"].metrics
+    assert entry["tuning"]["valid_pairs"] == 5 and metrics["retrieval"]["lambda"] == entry["lambda"]
+    assert (tiny["folder"] / "retrieval" / "values.npy").is_file() and metrics["test"]["retrieval"] is True
+    assert translate.load(tiny["folder"]).retrieval.entries == entry["entries"]
 
 
 @pytest.fixture(scope="module")
 def built(tiny):
     """The translator with a datastore over its training pairs, tuned on the validation pairs."""
-    return translate.load(tiny["folder"]).build_retrieval(tiny["train"], valid=tiny["valid"], write=False)
+    return translate.load(tiny["folder"]).with_retrieval(None).build_retrieval(tiny["train"], valid=tiny["valid"],
+                                                                                write=False)
 
 
 def test_one_entry_per_target_token(tiny, built):
