@@ -102,9 +102,9 @@ def datastore_entries(model, sources: Sequence[list[int]], targets: Sequence[lis
     keys, values = [], []
     for start in range(0, len(order), batch_size):
         rows = order[start : start + batch_size]
-        source = pad_batch([sources[i] for i in rows])
-        target_in = pad_batch([[START_ID, *targets[i]] for i in rows])
-        target_out = pad_batch([[*targets[i], END_ID] for i in rows])
+        source = pad_batch([sources[i] for i in rows], limit=model.max_source_length)
+        target_in = pad_batch([[START_ID, *targets[i]] for i in rows], limit=model.max_target_length)
+        target_out = pad_batch([[*targets[i], END_ID] for i in rows], limit=model.max_target_length)
         states = np.asarray(model.decoder_states(source, target_in), dtype="float32")
         real = target_out != 0
         keys.append(states[real].astype("float16"))
