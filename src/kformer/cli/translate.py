@@ -50,7 +50,74 @@ def register(commands, train_tasks) -> None:
     translate.add_argument("--max-repeat", type=int, default=None, metavar="N",
                            help="most copies of a word or of a span of up to 8 subwords in a row in a translation: "
                            "stops an undertrained model's loops (0 = no limit; default 3)")
+    add_retrieval_switch(translate)
     translate.set_defaults(handler=translate_command)
+    _register_retrieval(commands)
+
+
+def add_retrieval_switch(parser) -> None:
+    """``--retrieval on|off``: decode with the folder's kNN-MT datastore (when it has one) or without."""
+    parser.add_argument("--retrieval", choices=("on", "off"), default="on",
+                        help="translation models: decode with the folder's retrieval datastore (kNN-MT; when it has "
+                        "one) or without it, to compare on the same model (default on)")
+
+
+def _register_retrieval(commands) -> None:
+    retrieval = commands.add_parser(
+        "retrieval", help="add or remove a translator's retrieval datastore (kNN-MT)",
+        description="kNN-MT (Khandelwal et al. 2021) for a trained translator, no retraining: `build` stores the "
+        "decoder state at every target token of the training pairs in MODEL_DIR/retrieval and chooses the mixing "
+        "weights (lambda, temperature, k) by greedy chrF on the validation pairs; `remove` takes it out.")
+    actions = retrieval.add_subparsers(dest="action", metavar="ACTION", required=True)
+    build = actions.add_parser("build", help="build the datastore and tune it on the validation pairs",
+                               description="Build MODEL_DIR's datastore from its training pairs (by default the "
+                               "--data/--valid/--test files its `kformer train` command recorded, split as training "
+                               "split them) and choose its weights on the validation pairs; the test pairs are never read.")
+    build.add_argument("model_dir", metavar="MODEL_DIR", help="folder written by `kformer train translate`")
+    build.add_argument("--data", metavar="PAIRS.tsv", help="the training pairs (default: the ones the folder's training "
+                       "command names)")
+    build.add_argument("--valid", metavar="FILE", help="validation pairs (default: as training chose them)")
+    build.add_argument("--test", metavar="FILE", help="the test pairs training was given, so they are left out of --data "
+                       "as training left them (never scored)")
+    build.add_argument("--limit", type=int, default=150, metavar="N", help="validation pairs the weights are chosen on")
+    build.add_argument("--lambda", dest="lam", type=float, default=None, metavar="X",
+                       help="skip tuning: use this weight of the neighbours (0..1) with --temperature and --k")
+    build.add_argument("--temperature", type=float, default=None, metavar="T", help="with --lambda: the softmax "
+                       "temperature on squared L2 distances (default: the typical distance to the k-th neighbour)")
+    build.add_argument("--k", type=int, default=None, metavar="N", help="with --lambda: neighbours per step (default 8)")
+    build.add_argument("--quiet", action="store_true", help="no line per tuning step")
+    build.set_defaults(handler=retrieval_build_command)
+    remove = actions.add_parser("remove", help="take the datastore out of a model folder",
+                                description="Delete MODEL_DIR/retrieval and its entry in kformer.json (e.g. to export "
+                                "the network alone).")
+    remove.add_argument("model_dir", metavar="MODEL_DIR", help="folder written by `kformer train translate`")
+    remove.set_defaults(handler=retrieval_remove_command)
+
+
+def retrieval_build_command(args: argparse.Namespace) -> int:
+    from kformer.tasks import translate
+
+    progress = None if args.quiet else print
+    translator = translate.build_retrieval(args.model_dir, data=args.data, valid=args.valid, test=args.test,
+                                           limit=args.limit, lam=args.lam, temperature=args.temperature, k=args.k,
+                                           progress=progress)
+    store, tuning = translator.retrieval, translator.retrieval.tuning
+    size = (store.keys.nbytes + store.values.nbytes) / 1e6
+    print(f"retrieval: {store.entries} entries ({size:.1f} MB) built in {tuning.get('build_seconds', 0):.1f} s; "
+          f"lambda {store.lam}, temperature {store.temperature:.4g}, k {store.k}")
+    if "chrf_without" in tuning:
+        print(f"validation chrF {tuning['chrf_with']:.2f} with retrieval, {tuning['chrf_without']:.2f} without "
+              f"({tuning['valid_pairs']} pairs, greedy; tuning {tuning['seconds']:.0f} s)")
+    print(f"written to {args.model_dir}")
+    return 0
+
+
+def retrieval_remove_command(args: argparse.Namespace) -> int:
+    from kformer.tasks import translate
+
+    translate.remove_retrieval(args.model_dir)
+    print(f"retrieval removed from {args.model_dir}")
+    return 0
 
 
 def default_out(data: str) -> Path:
@@ -94,7 +161,8 @@ def translate_command(args: argparse.Namespace) -> int:
     else:
         texts = [line.rstrip("\r\n") for line in sys.stdin]
     translator = translate.load(args.model_dir)
-    for answer in translator.predict(texts, beam=args.beam, batch_size=args.batch_size, max_repeat=_max_repeat(args)):
+    for answer in translator.predict(texts, beam=args.beam, batch_size=args.batch_size, max_repeat=_max_repeat(args),
+                                     retrieval=args.retrieval != "off"):
         print(answer["translation"])
     return 0
 
@@ -110,12 +178,12 @@ def evaluate(args: argparse.Namespace, model) -> int:
     """``kformer evaluate MODEL_DIR --data PAIRS``: BLEU, chrF and exact match of the translations."""
     out = Path(args.out) if args.out else model.folder / "eval"
     scores = model.evaluate(args.data, beam=args.beam, batch_size=args.batch_size, out=out, limit=args.limit or None,
-                            max_repeat=_max_repeat(args))
+                            max_repeat=_max_repeat(args), retrieval=getattr(args, "retrieval", "on") != "off")
     if args.json:
         print(json.dumps(scores))
     else:
         print(f"BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  exact match {scores['exact_match']:.3f}  "
               f"repetition {scores['repetition']:.1%}  n {scores['n']}  "
-              f"({'greedy' if args.beam == 1 else f'beam {args.beam}'})")
+              f"({'greedy' if args.beam == 1 else f'beam {args.beam}'}{', retrieval' if scores['retrieval'] else ''})")
         print(f"translations: {out / 'translations.json'}")
     return 0

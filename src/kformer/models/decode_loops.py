@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 from keras import ops
 
+from kformer.models.retrieval import mixed_log_probs
 from kformer.text.specials import END_ID, PAD_ID, START_ID
 
 # Ids a decoder may never emit.
@@ -23,14 +24,17 @@ SCORE_DTYPE = "float32"
 REPEAT_SPAN = 8
 
 
-def greedy_loop(model, source, max_length, limits, buffer: int, stop_at_end: bool, max_repeat: int = 0):
+def greedy_loop(model, source, max_length, limits, buffer: int, stop_at_end: bool, max_repeat: int = 0,
+                knn=None, knn_k: int = 0):
     """Cached greedy decoding as one loop of ``keras.ops`` (compiled whole by :func:`~kformer.models.generation.compiled_functions`).
 
     Same arithmetic as the step-by-step path: encoder and cross-attention keys/values once, then
     one token per iteration through the self-attention caches. ``buffer`` (a Python int: part
     of the compiled shape) sizes the caches and the output; ``max_length`` (a tensor, so it costs
     no recompile) stops the loop, and ``limits`` (``(batch,)`` int32 tensor) finishes each row at
-    its own limit; ``max_repeat`` (a Python int) as in :func:`~kformer.models.generation.greedy_decode`. Returns ``(batch, buffer)``.
+    its own limit; ``max_repeat`` (a Python int) as in :func:`~kformer.models.generation.greedy_decode`. With a
+    ``knn`` (:class:`~kformer.models.retrieval.Knn`) and ``knn_k`` neighbours, each step picks from the
+    kNN-MT mixture (:func:`~kformer.models.retrieval.mixed_log_probs`). Returns ``(batch, buffer)``.
     """
     encoder_outputs, source_mask = model.encode(source, training=False)
     cross_caches = model.cross_attention_caches(encoder_outputs)
@@ -45,7 +49,7 @@ def greedy_loop(model, source, max_length, limits, buffer: int, stop_at_end: boo
         return running
 
     def body(index, tokens, generated, finished, repeats, caches):
-        logits, caches = model.decode_step(tokens, index, list(caches), cross_caches, source_mask)
+        logits, caches = next_scores(model, tokens, index, caches, cross_caches, source_mask, knn, knn_k)
         logits = ops.where(forbidden[None, :], ops.cast(-np.inf, logits.dtype), logits)
         if max_repeat:
             logits = logits + ops.cast(repeat_penalty(*repeats, max_repeat, model.target_vocab_size), logits.dtype)
@@ -65,6 +69,16 @@ def greedy_loop(model, source, max_length, limits, buffer: int, stop_at_end: boo
         tuple(self_caches),
     )
     return ops.while_loop(cond, body, start)[2]
+
+
+def next_scores(model, tokens, index, caches, cross_caches, source_mask, knn, knn_k: int):
+    """One decoder step: ``(scores (rows, vocab), new caches)``, the scores the model's logits, or
+    with a ``knn`` the kNN-MT mixture's log-probabilities (the step's state is the query)."""
+    if knn is None:
+        logits, caches = model.decode_step(tokens, index, list(caches), cross_caches, source_mask)
+        return logits, caches
+    states, caches = model.decode_state_step(tokens, index, list(caches), cross_caches, source_mask)
+    return mixed_log_probs(states, model.project(states), knn, knn_k), caches
 
 
 def no_repeats(shape) -> tuple:
@@ -96,7 +110,7 @@ def repeat_penalty(recent, runs, max_repeat: int, vocab: int):
 
 
 def beam_loop(model, source, max_length, limits, length_penalty, buffer: int, width: int, stop_at_end: bool,
-               max_repeat: int = 0):
+               max_repeat: int = 0, knn=None, knn_k: int = 0):
     """Cached beam search over one chunk as one loop of ``keras.ops`` (compiled whole by :func:`~kformer.models.generation.compiled_functions`).
 
     The same search as :func:`~kformer.models.generation.reference_beam_search` with everything on the device: the encoder and the
@@ -106,7 +120,8 @@ def beam_loop(model, source, max_length, limits, length_penalty, buffer: int, wi
     the sequences by a gather of the chosen parents, and finishes candidates at END or their
     example's limit. ``buffer`` and ``width`` (Python ints) are part of the compiled shape;
     ``max_length`` (scalar int32), ``limits`` (``(batch,)`` int32) and ``length_penalty``
-    (scalar) are tensors; ``max_repeat`` (a Python int) as in :func:`~kformer.models.generation.beam_search`. Scores are kept in ``SCORE_DTYPE``. Returns ``(batch, buffer)`` int32:
+    (scalar) are tensors; ``max_repeat`` (a Python int) as in :func:`~kformer.models.generation.beam_search`;
+    ``knn``/``knn_k`` as in :func:`greedy_loop`. Scores are kept in ``SCORE_DTYPE``. Returns ``(batch, buffer)`` int32:
     each example's best candidate by ``score / ((5 + length) / 6) ** length_penalty``.
 
     One function on purpose: the loop's state, its body and the constants the body closes over
@@ -138,9 +153,9 @@ def beam_loop(model, source, max_length, limits, length_penalty, buffer: int, wi
         return running
 
     def body(index, tokens, sequences, scores, finished, decided, lengths, repeats, caches):
-        logits, caches = model.decode_step(tokens, index, list(caches), cross_caches, source_mask)
+        logits, caches = next_scores(model, tokens, index, caches, cross_caches, source_mask, knn, knn_k)
         logits = ops.cast(logits, SCORE_DTYPE)
-        log_probs = logits - ops.logsumexp(logits, axis=-1, keepdims=True)
+        log_probs = logits - ops.logsumexp(logits, axis=-1, keepdims=True)  # already normalised with knn
         log_probs = ops.where(forbidden[None, :], minus_inf, log_probs)
         if max_repeat:
             recent, runs = (ops.reshape(counter, (-1, REPEAT_SPAN)) for counter in repeats)

@@ -29,6 +29,7 @@ import numpy as np
 from keras import ops
 
 from kformer.data.batching import BATCH_BUCKETS
+from kformer.errors import BadInput
 from kformer.models.decode_inputs import (
     as_ids,
     buffer_length,
@@ -56,7 +57,8 @@ COMPILE = True
 _XLA = ("step", "greedy_loop", "beam_loop")
 
 
-def greedy_decode(model, source_ids, max_length, use_cache=True, stop_at_end=True, row_limits=None, max_repeat=0):
+def greedy_decode(model, source_ids, max_length, use_cache=True, stop_at_end=True, row_limits=None, max_repeat=0,
+                  knn=None, knn_k=0):
     """Pick the most likely next token at every step.
 
     Args:
@@ -69,6 +71,8 @@ def greedy_decode(model, source_ids, max_length, use_cache=True, stop_at_end=Tru
         row_limits: optional ``(batch,)`` ints, most tokens for each row (at most ``max_length``;
             default ``max_length`` for every row).
         max_repeat: most back-to-back copies of any span of 1..``REPEAT_SPAN`` tokens (0: no limit).
+        knn, knn_k: kNN-MT retrieval (:class:`~kformer.models.retrieval.Knn` and the neighbours
+            per step; None: off); cached decoding only.
 
     Returns:
         int32 ``(batch, <= max_length)``.
@@ -77,6 +81,7 @@ def greedy_decode(model, source_ids, max_length, use_cache=True, stop_at_end=Tru
     source = as_ids(source_ids)
     max_length = check_length(model, max_length)
     limits = limits_per_row(row_limits, source.shape[0], max_length)
+    check_knn(knn, knn_k, use_cache)
     if use_cache:
         compiled = compiled_functions(model)
         buffer = buffer_length(model, max_length)
@@ -85,7 +90,8 @@ def greedy_decode(model, source_ids, max_length, use_cache=True, stop_at_end=Tru
             compiled["shapes"].add((*padded.shape, buffer))
             chunk_limits = pad_limits(limits[start : start + rows], padded.shape[0])
             out = compiled["greedy_loop"](ops.convert_to_tensor(padded), ops.convert_to_tensor(max_length, "int32"),
-                                          ops.convert_to_tensor(chunk_limits), buffer, bool(stop_at_end), max_repeat)
+                                          ops.convert_to_tensor(chunk_limits), buffer, bool(stop_at_end), max_repeat,
+                                          knn, int(knn_k))
             parts.append(np.asarray(out)[:rows, :max_length])
         return trim(np.concatenate(parts))
     stepper = FullStepper(model, source, max_length)
@@ -108,7 +114,7 @@ def greedy_decode(model, source_ids, max_length, use_cache=True, stop_at_end=Tru
 
 
 def beam_search(model, source_ids, max_length, beam_width=4, length_penalty=0.6, use_cache=True, stop_at_end=True,
-                row_limits=None, max_repeat=0):
+                row_limits=None, max_repeat=0, knn=None, knn_k=0):
     """Keep the ``beam_width`` best prefixes per example; return the best finished sequence.
 
     Prefixes are ranked by total log-probability while searching; at the end each example's
@@ -118,7 +124,7 @@ def beam_search(model, source_ids, max_length, beam_width=4, length_penalty=0.6,
     example's ``row_limits`` entry (``(batch,)``, default ``max_length``) is finished there.
     ``stop_at_end=False`` runs all ``max_length`` steps even when every candidate has ended (for timing).
     ``max_repeat`` (0: no limit) caps back-to-back copies of any span of 1..``REPEAT_SPAN`` tokens
-    in every candidate, as in :func:`greedy_decode`.
+    in every candidate, as in :func:`greedy_decode`; so do ``knn`` and ``knn_k`` (kNN-MT).
 
     With ``use_cache`` (the default) each chunk of sources is decoded by one compiled loop
     (:func:`beam_loop`: scores, top-k, cache reordering and the final length-penalised choice
@@ -130,6 +136,7 @@ def beam_search(model, source_ids, max_length, beam_width=4, length_penalty=0.6,
     """
     width = check_width(beam_width)
     max_repeat = check_repeat(max_repeat)
+    check_knn(knn, knn_k, use_cache)
     if not use_cache:
         return reference_beam_search(model, source_ids, max_length, width, length_penalty, False, stop_at_end,
                                       row_limits, max_repeat)
@@ -145,7 +152,7 @@ def beam_search(model, source_ids, max_length, beam_width=4, length_penalty=0.6,
         out = compiled["beam_loop"](ops.convert_to_tensor(padded), ops.convert_to_tensor(max_length, "int32"),
                                     ops.convert_to_tensor(chunk_limits),
                                     ops.convert_to_tensor(float(length_penalty), SCORE_DTYPE),
-                                    buffer, width, bool(stop_at_end), max_repeat)
+                                    buffer, width, bool(stop_at_end), max_repeat, knn, int(knn_k))
         parts.append(np.asarray(out)[:rows, :max_length])
     return trim(np.concatenate(parts))
 
@@ -207,6 +214,19 @@ def _beam_chunk(model, source, max_length, width, length_penalty, use_cache, sto
     penalty = ((5.0 + np.maximum(lengths, 1)) / 6.0) ** float(length_penalty)
     choice = np.argmax(scores / penalty, axis=-1)
     return sequences[np.arange(batch), choice]
+
+
+def check_knn(knn, knn_k, use_cache: bool) -> None:
+    """Retrieval needs the cached loops (they query with the step's decoder state) and ``knn_k``
+    neighbours, at least 1, no more than the datastore holds."""
+    if knn is None:
+        return
+    if not use_cache:
+        raise BadInput("retrieval (kNN-MT) decodes through the cached loops only; use_cache must be True",
+                       field="retrieval")
+    entries = int(ops.shape(knn.keys)[0])
+    if isinstance(knn_k, bool) or not 1 <= int(knn_k) <= entries:
+        raise BadInput(f"{{field}} must be between 1 and the datastore's {entries} entries, not {knn_k!r}", field="k")
 
 
 def forbid_repeats(logits: np.ndarray, sequences: np.ndarray, max_repeat: int) -> None:
@@ -290,10 +310,11 @@ def compiled_functions(model) -> dict:
             "cross_caches": model.cross_attention_caches,
             "step": model.decode_step,
             "forward": lambda source, prefix: model({"source": source, "target_in": prefix}, training=False)[:, -1, :],
-            "greedy_loop": lambda source, max_length, limits, buffer, stop_at_end, max_repeat: greedy_loop(
-                model, source, max_length, limits, buffer, stop_at_end, max_repeat),
-            "beam_loop": lambda source, max_length, limits, length_penalty, buffer, width, stop_at_end, max_repeat: (
-                beam_loop(model, source, max_length, limits, length_penalty, buffer, width, stop_at_end, max_repeat)),
+            "greedy_loop": lambda source, max_length, limits, buffer, stop_at_end, max_repeat, knn, knn_k: greedy_loop(
+                model, source, max_length, limits, buffer, stop_at_end, max_repeat, knn, knn_k),
+            "beam_loop": lambda source, max_length, limits, length_penalty, buffer, width, stop_at_end, max_repeat, knn,
+            knn_k: beam_loop(model, source, max_length, limits, length_penalty, buffer, width, stop_at_end, max_repeat,
+                             knn, knn_k),
         }
         if COMPILE and keras.backend.backend() == "tensorflow":
             import tensorflow as tf  # generation plumbing only; the model itself is keras.ops

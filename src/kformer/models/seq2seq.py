@@ -179,9 +179,34 @@ class Seq2SeqTransformer(keras.Model):
             x = block(x, encoder_outputs, mask=target_mask, encoder_mask=source_mask, training=training)
         return self._logits(x)
 
+    def decoder_states(self, source_ids, target_in):
+        """Teacher-forced (inference mode) final decoder states, the vectors the output projection
+        reads: ``source_ids (batch, S)``, ``target_in (batch, T)`` -> float32 ``(batch, T, dim)``
+        (kNN-MT's datastore keys, :mod:`kformer.models.retrieval`)."""
+        encoder_outputs, source_mask = self.encode(source_ids, training=False)
+        target_in = ops.cast(target_in, "int32")
+        x = self.target_embedding(target_in, position_ids=self._positions(target_in))
+        for block in self.decoder_blocks:
+            x = block(x, encoder_outputs, mask=padding_mask(target_in), encoder_mask=source_mask, training=False)
+        return self.final_state(x)
+
+    def final_state(self, x):
+        """The last decoder block's output ``(..., dim)`` -> the float32 state the output
+        projection reads (after the final layer norm of pre-norm blocks)."""
+        if self.decoder_norm is not None:
+            x = self.decoder_norm(x)
+        return ops.cast(x, "float32")
+
+    def project(self, state):
+        """Final decoder states ``(..., dim)`` (:meth:`final_state`) -> float32 logits ``(..., target_vocab)``."""
+        return self._project(state)
+
     def _logits(self, x):
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
+        return self._project(x)
+
+    def _project(self, x):
         if self.output_projection is not None:
             return self.output_projection(x)
         table = self.target_embedding.token_embedding.embeddings  # float32 logits, as the Dense above
@@ -201,6 +226,11 @@ class Seq2SeqTransformer(keras.Model):
         return [block.empty_self_attention_cache(batch_size, max_length) for block in self.decoder_blocks]
 
     def decode_step(self, token_ids, index, self_caches, cross_caches, source_mask):
+        """:meth:`decode_state_step`, projected: ``(logits (batch, target_vocab), new_self_caches)``."""
+        state, new_caches = self.decode_state_step(token_ids, index, self_caches, cross_caches, source_mask)
+        return self._project(state), new_caches
+
+    def decode_state_step(self, token_ids, index, self_caches, cross_caches, source_mask):
         """Decode one position from the caches.
 
         Args:
@@ -212,8 +242,9 @@ class Seq2SeqTransformer(keras.Model):
             source_mask: ``(batch, S)`` bool from :meth:`encode`.
 
         Returns:
-            ``(logits (batch, target_vocab), new_self_caches)``; the new caches hold this
-            position's keys/values too.
+            ``(state (batch, dim) float32, new_self_caches)``: the final decoder state
+            (:meth:`final_state`, what :meth:`project` turns into logits); the new caches hold
+            this position's keys/values too.
         """
         token_ids = ops.cast(token_ids, "int32")
         x = self.target_embedding(token_ids, start_index=index, position_ids=self._positions(token_ids, index))
@@ -229,7 +260,7 @@ class Seq2SeqTransformer(keras.Model):
                 training=False,
             )
             new_caches.append(self_cache)
-        return self._logits(x)[:, 0, :], new_caches
+        return self.final_state(x)[:, 0, :], new_caches
 
     # --- attention maps -------------------------------------------------------------------
 

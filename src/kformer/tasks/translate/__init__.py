@@ -19,12 +19,14 @@ Life cycle::
 One module a job: :mod:`.settings` (:class:`TranslateConfig`), :mod:`.auto` (what ``"auto"``
 settings become) and :mod:`.stats` (what its rules read), :mod:`.pairs` (reading and holding out
 pairs), :mod:`.batches` (training batches), :mod:`.model` (the loaded :class:`Translator` and the
-folder format), :mod:`.train` (the training run).
+folder format), :mod:`.train` (the training run), :mod:`.retrieval` (kNN-MT: the datastore in the
+folder and the choice of its weights).
 """
 
 from kformer.tasks.translate.exported import ExportedTranslator, load_export
 from kformer.tasks.translate.model import MAX_REPEAT, Translator, check_decoding, load, save
 from kformer.tasks.translate.pairs import PairData, read_pair_data
+from kformer.tasks.translate.retrieval import Datastore, build_retrieval, remove_retrieval
 from kformer.tasks.translate.settings import TranslateConfig
 from kformer.tasks.translate.train import train
 
@@ -32,5 +34,6 @@ translate = Translator.translate
 evaluate = Translator.evaluate
 attention_maps = Translator.attention_maps
 
-__all__ = ["ExportedTranslator", "MAX_REPEAT", "PairData", "TranslateConfig", "Translator", "attention_maps",
-           "check_decoding", "evaluate", "load", "load_export", "read_pair_data", "save", "train", "translate"]
+__all__ = ["Datastore", "ExportedTranslator", "MAX_REPEAT", "PairData", "TranslateConfig", "Translator", "attention_maps",
+           "check_decoding", "evaluate", "load", "load_export", "read_pair_data", "build_retrieval", "remove_retrieval",
+           "save", "train", "translate"]

@@ -7,7 +7,8 @@ target, the output cap, recipe, a metrics summary), ``model.keras``, ``vocab.spm
 WordPiece vocabulary, and in ``kformer.json`` an ``encoder`` entry -- its weights are in
 ``model.keras``), ``metrics.json``, ``test_translations.json`` and
 ``training/`` (checkpoint, logs, and what ``resume`` needs to rebuild the same model:
-``state.json`` and the vocabularies, written by :func:`save_vocabs`).
+``state.json`` and the vocabularies, written by :func:`save_vocabs`); with retrieval (kNN-MT),
+``retrieval/`` and ``kformer.json["retrieval"]`` (:mod:`.retrieval`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import math
 import os
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,12 @@ from kformer.folders import MODEL_FILE, TRAINING_DIR, read_manifest, write_model
 from kformer.tasks.base import AttentionMaps, TaskModel, check_texts, write_curves
 from kformer.tasks.translate.auto import DEFAULT_DECODE_LENGTH
 from kformer.tasks.translate.pairs import PairData, read_pair_data
+from kformer.tasks.translate.retrieval import (
+    Datastore,
+    add_to_folder,
+    read_datastore,
+    write_datastore,
+)
 from kformer.tasks.translate.settings import TASK, at_least
 
 SHARED_VOCAB_FILE = "vocab.spm"
@@ -116,7 +124,7 @@ def load_vocabs(folder: Path, files: dict[str, Any]):
 def save(translator: Translator, out: str | os.PathLike, recipe: dict, metrics: dict,
          extra_files: dict[str, Any] | None = None) -> Path:
     """Write ``translator`` as a model folder, atomically: model, vocabularies, ``kformer.json``,
-    ``metrics.json`` and any ``extra_files`` (name -> JSON data)."""
+    ``metrics.json``, its retrieval datastore if it has one, and any ``extra_files`` (name -> JSON data)."""
     from kformer.artifacts import write_json_atomic
 
     manifest = {
@@ -128,9 +136,13 @@ def save(translator: Translator, out: str | os.PathLike, recipe: dict, metrics: 
         "recipe": recipe,
         "metrics": {k: metrics[k] for k in ("test", "valid_loss", "train_seconds", "splits") if k in metrics},
     }
+    if translator.retrieval is not None:
+        manifest["retrieval"] = translator.retrieval.manifest_entry()
 
     def write_files(stage: Path) -> None:
         save_vocabs(stage, translator.source_vocab, translator.target_vocab)
+        if translator.retrieval is not None:
+            write_datastore(stage, translator.retrieval)
         for name, data in (extra_files or {}).items():
             write_json_atomic(stage / name, data)
         write_curves(Path(out) / TRAINING_DIR, stage)
@@ -150,7 +162,8 @@ def load(folder: str | os.PathLike) -> Translator:
         import kformer.models.pretrained_seq2seq  # noqa: F401  registers the pretrained-encoder translator
     source_vocab, target_vocab = load_vocabs(folder, manifest.get("vocab", {}))
     model = load_keras_model(folder / manifest.get("model_file", MODEL_FILE))
-    return Translator(model, source_vocab, target_vocab, folder, manifest)
+    retrieval = read_datastore(folder, manifest["retrieval"]) if manifest.get("retrieval") else None
+    return Translator(model, source_vocab, target_vocab, folder, manifest, retrieval=retrieval)
 
 
 def translation_rows(pairs: Sequence[Pair], translations: Sequence[str]) -> list[dict]:
@@ -164,14 +177,60 @@ def translation_rows(pairs: Sequence[Pair], translations: Sequence[str]) -> list
 
 
 class Translator(TaskModel):
-    """A translation model with its source and target vocabularies (the same object when shared)."""
+    """A translation model with its source and target vocabularies (the same object when shared)
+    and, when it has one, its retrieval datastore (kNN-MT, :mod:`.retrieval`), which decoding uses
+    unless a call passes ``retrieval=False``."""
 
     task = TASK
     parameters = {"beam": 1, "max_repeat": MAX_REPEAT}
 
-    def __init__(self, model, source_vocab, target_vocab, folder: str | os.PathLike, manifest: dict | None = None):
+    def __init__(self, model, source_vocab, target_vocab, folder: str | os.PathLike, manifest: dict | None = None,
+                 retrieval: Datastore | None = None):
         super().__init__(Path(folder), manifest or {})
         self.model, self.source_vocab, self.target_vocab = model, source_vocab, target_vocab
+        self.retrieval = retrieval
+
+    def with_retrieval(self, datastore: Datastore | None) -> Translator:
+        """The same network and vocabularies decoding with ``datastore`` (None: without retrieval);
+        nothing is written (:meth:`build_retrieval` writes the folder)."""
+        return Translator(self.model, self.source_vocab, self.target_vocab, self.folder, self.manifest,
+                          retrieval=datastore)
+
+    def build_retrieval(self, data: PairData, *, valid: PairData | None = None, limit: int = 150,
+                        lam: float | None = None, temperature: float | None = None, k: int | None = None,
+                        write: bool = True, progress=None) -> Translator:
+        """A datastore over the training pairs ``data`` (a path or pairs) and the translator that
+        decodes with it -- written into this model folder unless ``write`` is False. Its weights
+        are chosen by greedy chrF on the first ``limit`` pairs of ``valid`` (validation pairs; never
+        the test pairs), or, with ``lam`` given, set (``temperature`` default: the datastore's
+        typical distance; ``k`` default 8) without tuning."""
+        from kformer.data.pairs import normalize_text
+        from kformer.tasks.translate.retrieval import build_datastore, tune_on_pairs
+
+        at_least("limit", limit, 1)
+        pairs = read_pair_data(data, "data")
+        valid_pairs = read_pair_data(valid, "valid") if lam is None else []
+        if lam is None and (temperature is not None or k is not None):
+            raise BadInput("{field} must be given with temperature or k (they skip tuning)", field="lam")
+        started = time.monotonic()
+        store = build_datastore(self.model, self.encode_sources([p.source for p in pairs]),
+                                self.target_vocab.encode([normalize_text(p.target) for p in pairs]))
+        built = time.monotonic() - started
+        if lam is None:
+            store = tune_on_pairs(self.with_retrieval(None), store, valid_pairs, limit, progress)
+        else:
+            store = store.with_settings(lam=lam, temperature=temperature, k=k)
+        store = replace(store, tuning={**store.tuning, "build_seconds": round(built, 2)})
+        if write:
+            add_to_folder(self.folder, store)
+            return load(self.folder)
+        return self.with_retrieval(store)
+
+    def _knn(self, retrieval: bool):
+        """``(knn tensors, k)`` for decoding (``(None, 0)``: without retrieval)."""
+        if not retrieval or self.retrieval is None:
+            return None, 0
+        return self.retrieval.knn(), self.retrieval.k
 
     @property
     def max_source_length(self) -> int:
@@ -197,9 +256,12 @@ class Translator(TaskModel):
                 for n in source_lengths]
 
     def metadata(self) -> dict[str, Any]:
+        retrieval = {} if self.retrieval is None else {"retrieval": {
+            "entries": self.retrieval.entries, "k": self.retrieval.k, "temperature": self.retrieval.temperature,
+            "lambda": self.retrieval.lam}}
         return {**super().metadata(), "shared_vocab": self.source_vocab is self.target_vocab,
                 **({"encoder": self.manifest["encoder"]} if "encoder" in self.manifest else {}),
-                "max_source_length": self.max_source_length, "max_target_length": self.max_target_length}
+                "max_source_length": self.max_source_length, "max_target_length": self.max_target_length, **retrieval}
 
     def encode_sources(self, texts: Sequence[str]) -> list[list[int]]:
         """NFC-normalised subword ids of each text, cut to the model's longest source."""
@@ -212,7 +274,8 @@ class Translator(TaskModel):
             return [seq if len(seq) <= longest else [*seq[: longest - 1], seq[-1]] for seq in ids]
         return [seq[: self.max_source_length] or [UNK_ID] for seq in ids]
 
-    def _decode(self, sources: list[list[int]], beam: int, batch_size: int, max_repeat: int) -> list[str]:
+    def _decode(self, sources: list[list[int]], beam: int, batch_size: int, max_repeat: int,
+                retrieval: bool = True) -> list[str]:
         """Translations of subword-id sources, in their order. Batches hold similar lengths, so
         little time goes to padding; each is ``(batch, width)`` with ``width`` a bucket."""
         import numpy as np
@@ -221,15 +284,17 @@ class Translator(TaskModel):
         from kformer.models.generation import beam_search, greedy_decode
 
         results = [""] * len(sources)
+        knn, knn_k = self._knn(retrieval)
         for batch in length_bucketed_batches([len(s) for s in sources], batch_size):
             ids = pad_batch([sources[i] for i in batch], limit=self.max_source_length)
             max_length = self._decode_length(ids)
             limits = self.decode_limits([len(sources[i]) for i in batch])
             if beam == 1:
-                generated = greedy_decode(self.model, ids, max_length, row_limits=limits, max_repeat=max_repeat)
+                generated = greedy_decode(self.model, ids, max_length, row_limits=limits, max_repeat=max_repeat,
+                                          **({"knn": knn, "knn_k": knn_k} if knn is not None else {}))
             else:
                 generated = beam_search(self.model, ids, max_length, beam_width=beam, row_limits=limits,
-                                        max_repeat=max_repeat)
+                                        max_repeat=max_repeat, **({"knn": knn, "knn_k": knn_k} if knn is not None else {}))
             for row, text in zip(batch, self.target_vocab.decode(np.asarray(generated)), strict=True):
                 results[row] = text
         return results
@@ -246,38 +311,42 @@ class Translator(TaskModel):
         return int(min(self.max_target_length, 2 * width + 8))
 
     def translate(self, texts: Sequence[str], *, beam: int = 1, batch_size: int = 64,
-                  max_repeat: int = MAX_REPEAT) -> list[str]:
+                  max_repeat: int = MAX_REPEAT, retrieval: bool = True) -> list[str]:
         """Translate each text (greedy when ``beam`` is 1, else beam search); blank texts give ''.
         No word or span of up to 8 subwords appears more than ``max_repeat`` times in a row in a
-        translation (0: no limit; see :data:`MAX_REPEAT`)."""
+        translation (0: no limit; see :data:`MAX_REPEAT`). ``retrieval=False`` decodes without the
+        folder's kNN-MT datastore (no effect without one)."""
         texts = check_texts(texts)
         check_decoding(beam, batch_size, max_repeat)
         results = [""] * len(texts)
         todo = [i for i, text in enumerate(texts) if text.strip()]
         if todo:
-            decoded = self._decode(self.encode_sources([texts[i] for i in todo]), beam, batch_size, max_repeat)
+            decoded = self._decode(self.encode_sources([texts[i] for i in todo]), beam, batch_size, max_repeat,
+                                   retrieval)
             for i, text in zip(todo, decoded, strict=True):
                 results[i] = text
         return results
 
     def score(self, pairs: Sequence[Pair], *, beam: int = 1, batch_size: int = 64,
-              max_repeat: int = MAX_REPEAT) -> tuple[dict, list[str]]:
+              max_repeat: int = MAX_REPEAT, retrieval: bool = True) -> tuple[dict, list[str]]:
         """BLEU, chrF, exact match, ``repetition`` (share of translations in which a word or a
         target subword repeats more than 3 times in a row), ``n``, ``beam``, ``max_repeat`` and
-        ``decode_seconds`` of the translations of ``pairs`` (decoded as :meth:`translate`); also
-        the translations."""
+        ``decode_seconds`` of the translations of ``pairs`` (decoded as :meth:`translate`), and
+        ``retrieval`` (whether the datastore was used); also the translations."""
         from kformer.metrics import repetition_share, translation_scores
 
         start = time.monotonic()
-        hypotheses = self.translate([p.source for p in pairs], beam=beam, batch_size=batch_size, max_repeat=max_repeat)
+        hypotheses = self.translate([p.source for p in pairs], beam=beam, batch_size=batch_size, max_repeat=max_repeat,
+                                    retrieval=retrieval)
         seconds = time.monotonic() - start
         scores = translation_scores(hypotheses, [p.target for p in pairs])
         scores["repetition"] = repetition_share(hypotheses, self.target_vocab.encode(hypotheses))
-        scores.update(beam=beam, max_repeat=max_repeat, decode_seconds=round(seconds, 2))
+        scores.update(beam=beam, max_repeat=max_repeat, decode_seconds=round(seconds, 2),
+                      retrieval=bool(retrieval and self.retrieval is not None))
         return scores, hypotheses
 
     def evaluate(self, data: PairData, *, beam: int = 1, batch_size: int = 64, out: str | os.PathLike | None = None,
-                 limit: int | None = None, max_repeat: int = MAX_REPEAT) -> dict:
+                 limit: int | None = None, max_repeat: int = MAX_REPEAT, retrieval: bool = True) -> dict:
         """Scores (as :meth:`score`) of the translations of ``data`` (a pairs file or pairs in
         memory; the first ``limit`` only, when given). With ``out``, also writes
         ``out/scores.json`` and ``out/translations.json`` (source, reference, translation)."""
@@ -288,7 +357,8 @@ class Translator(TaskModel):
         if limit is not None:
             at_least("limit", limit, 1)
             pairs = pairs[:limit]
-        scores, hypotheses = self.score(pairs, beam=beam, batch_size=batch_size, max_repeat=max_repeat)
+        scores, hypotheses = self.score(pairs, beam=beam, batch_size=batch_size, max_repeat=max_repeat,
+                                        retrieval=retrieval)
         if out is not None:
             with staged_folder(Path(out)) as stage:
                 write_json_atomic(stage / "scores.json", scores)
@@ -296,10 +366,10 @@ class Translator(TaskModel):
         return scores
 
     def predict(self, instances: Sequence[str], *, beam: int = 1, max_repeat: int = MAX_REPEAT,
-                batch_size: int = 64) -> list[dict[str, Any]]:
+                batch_size: int = 64, retrieval: bool = True) -> list[dict[str, Any]]:
         """``{"translation": ...}`` per input sentence: :meth:`translate`'s answers as dicts."""
         return [{"translation": text} for text in self.translate(instances, beam=beam, batch_size=batch_size,
-                                                                 max_repeat=max_repeat)]
+                                                                 max_repeat=max_repeat, retrieval=retrieval)]
 
     def check_values(self, parameters: dict[str, Any]) -> None:
         check_decoding(parameters["beam"], 1, parameters["max_repeat"])
@@ -345,6 +415,10 @@ class Translator(TaskModel):
         if "encoder" in self.manifest:
             raise Unsupported(f"export of pretrained-encoder translators (encoder {self.manifest['encoder']['name']}) "
                               "is not supported yet; serve the model folder itself")
+        if self.retrieval is not None:
+            raise Unsupported(f"{self.folder} decodes with a retrieval datastore (kNN-MT), which an export cannot carry; "
+                              f"take it out first (kformer retrieval remove {self.folder}) to export the network alone",
+                              field="model_dir")
         from kformer.models.seq2seq_export import seq2seq_endpoints, seq2seq_info
 
         vocab = self.manifest.get("vocab") or {}
@@ -378,11 +452,13 @@ class Translator(TaskModel):
 
         for beam in beams:
             check_decoding(beam, 1)
+        knn = {} if self.retrieval is None else dict(zip(("knn", "knn_k"), self._knn(True), strict=True))
         for beam in dict.fromkeys(beams):
             for batch, width in decode_shapes(self.model):
                 ids = np.full((batch, width), END_ID + 1, dtype="int32")  # any ordinary piece
                 if beam == 1:
-                    greedy_decode(self.model, ids, self._decode_length(ids), max_repeat=MAX_REPEAT)
+                    greedy_decode(self.model, ids, self._decode_length(ids), max_repeat=MAX_REPEAT, **knn)
                 else:
-                    beam_search(self.model, ids, self._decode_length(ids), beam_width=beam, max_repeat=MAX_REPEAT)
+                    beam_search(self.model, ids, self._decode_length(ids), beam_width=beam, max_repeat=MAX_REPEAT,
+                                **knn)
 

@@ -71,6 +71,10 @@ class TranslateConfig:
         "only on pairs up to the ((k+1)/levels) length quantile, later epochs on everything")
     curriculum_levels: int = setting(3, "training", "length levels of the curriculum")
     beam: int = setting(1, "training", "beam width for the test scores in metrics.json (1 = greedy)")
+    retrieval: Literal["off", "on"] = setting(
+        "off", "training", "on: after training, store the decoder state at every target token of the training pairs in "
+        "the folder and decode with its nearest neighbours mixed in (kNN-MT), its weights chosen by greedy chrF on up "
+        "to 150 validation pairs")
     max_minutes: float | None = setting(None, "training", "stop training after this many minutes, keeping the best "
                                         "weights (with resume: minutes of training in all)")
     precision: Literal["float32", "mixed_bfloat16"] = setting(

@@ -56,6 +56,7 @@ class _Prepared(skeleton.Prepared):
     target_vocab: Any = None  # the same object when shared
     train: EncodedPairs = field(default_factory=lambda: ([], []))  # the training pairs that fit max_length
     valid: EncodedPairs = field(default_factory=lambda: ([], []))
+    valid_pairs: list[Pair] = field(default_factory=list)  # as text: what retrieval's weights are chosen on
     test: list[Pair] = field(default_factory=list)
     splits: dict[str, int] = field(default_factory=dict)  # pairs in train, valid and test
     skipped: int = 0  # training pairs longer than max_length
@@ -76,6 +77,7 @@ class _Fitted:
     steps: int  # optimizer steps of every run so far
     batches_per_epoch: int
     test_translations: list[str] = field(default_factory=list)  # filled by evaluate, written with the folder
+    retrieval: Any = None  # the kNN-MT datastore (retrieval "on"), built by assemble
 
 
 class TranslateRun(skeleton.TrainingRun):
@@ -109,15 +111,33 @@ class TranslateRun(skeleton.TrainingRun):
     def fit(self, prepared, state_dir: Path, resume: bool, progress, cluster):
         return _fit(prepared, state_dir, resume, progress, cluster)
 
+    def assemble(self, prepared: _Prepared, fitted: _Fitted) -> _Fitted:
+        """With ``retrieval`` on: the datastore of the training pairs, its weights chosen on the
+        validation pairs (:mod:`.retrieval`; the test pairs are not seen)."""
+        if prepared.config.retrieval == "on":
+            from kformer.tasks.translate.retrieval import build_datastore, tune_on_pairs
+
+            started = time.monotonic()
+            store = build_datastore(fitted.model, *prepared.train)
+            built = time.monotonic() - started
+            translator = Translator(fitted.model, prepared.source_vocab, prepared.target_vocab, Path("."),
+                                    prepared.manifest())
+            store = tune_on_pairs(translator, store, prepared.valid_pairs)
+            fitted.retrieval = replace(store, tuning={**store.tuning, "build_seconds": round(built, 2)})
+        return fitted
+
     def evaluate(self, prepared: _Prepared, fitted: _Fitted) -> dict[str, Any]:
         translator = Translator(fitted.model, prepared.source_vocab, prepared.target_vocab, Path("."),
-                                prepared.manifest())
+                                prepared.manifest(), retrieval=fitted.retrieval)
         scores, fitted.test_translations = translator.score(prepared.test, beam=prepared.config.beam)
-        return _metrics(prepared, fitted, scores, time.monotonic() - self.started)
+        metrics = _metrics(prepared, fitted, scores, time.monotonic() - self.started)
+        if fitted.retrieval is not None:
+            metrics["retrieval"] = {k: v for k, v in fitted.retrieval.manifest_entry().items() if k not in ("keys", "values")}
+        return metrics
 
     def write(self, out: Path, prepared: _Prepared, fitted: _Fitted, metrics: dict[str, Any]) -> None:
         translator = Translator(fitted.model, prepared.source_vocab, prepared.target_vocab, out,
-                                prepared.manifest())
+                                prepared.manifest(), retrieval=fitted.retrieval)
         save(translator, out, to_dict(prepared.config), metrics,
              extra_files={TEST_TRANSLATIONS_FILE: translation_rows(prepared.test, fitted.test_translations)})
 
@@ -193,7 +213,8 @@ def prepare(config: TranslateConfig, train_pairs: list[Pair], valid_pairs: list[
         side = "training" if not kept[0] else "validation"
         raise BadInput(f"no {side} pair fits {{field}} {config.max_length} subwords; raise it", field="max_length")
     return _Prepared(config, auto, describe(len(kept[0]), target_tokens(kept), auto.to_json()),
-                     source_vocab=source_vocab, target_vocab=target_vocab, train=kept, valid=valid_ids, test=test,
+                     source_vocab=source_vocab, target_vocab=target_vocab, train=kept, valid=valid_ids,
+                     valid_pairs=valid, test=test,
                      splits={"train": len(train), "valid": len(valid), "test": len(test)},
                      skipped=len(sources) - len(kept[0]), vocab_seconds=vocab_seconds,
                      decode_length=decode_length_rule(*kept), encoder=encoder)

@@ -1,0 +1,89 @@
+"""kNN-MT (Khandelwal et al. 2021, "Nearest Neighbor Machine Translation"): the next-token
+distribution of a translator mixed with one read off its nearest neighbours in a datastore.
+
+The datastore holds, for every target position of the training pairs, the decoder's final state
+there (the key, ``(dim,)``, what the output projection reads) and the token that came next (the
+value). At each decoding step the current state queries it: the ``k`` keys nearest in squared L2
+distance (brute force: one matmul against every key, then ``top_k``) give
+
+    p_knn(y) = sum over neighbours i with value y of softmax_i(-distance_i / temperature)
+
+and the decoder picks from ``lambda * p_knn + (1 - lambda) * p_model``, mixed in probability
+space, then taken as a log (:func:`mixed_log_probs`). Everything is ``keras.ops``, so the mixing
+runs inside the compiled greedy and beam loops (:mod:`kformer.models.decode_loops`).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from keras import ops
+
+# The model keeps at least this share of the mixture, so a token no neighbour names is never
+# impossible (a repeat limit may forbid every neighbour's token): lambda 1 means 1 - 1e-6.
+MODEL_FLOOR = 1e-6
+
+
+class Knn(NamedTuple):
+    """The datastore and mixing weights as tensors, what the decode loops take (``k`` apart: a
+    Python int, part of the compiled shape).
+
+    keys: ``(entries, dim)`` float32; key_norms: ``(entries,)`` float32, each key's squared norm;
+    values: ``(entries,)`` int32 target ids; lam and temperature: float32 scalars.
+    """
+
+    keys: object
+    key_norms: object
+    values: object
+    lam: object
+    temperature: object
+
+
+def knn_tensors(keys: np.ndarray, values: np.ndarray, lam: float, temperature: float) -> Knn:
+    """A :class:`Knn` from numpy ``keys (entries, dim)`` (any float dtype) and ``values (entries,)``."""
+    keys32 = np.asarray(keys, dtype="float32")
+    return Knn(ops.convert_to_tensor(keys32), ops.convert_to_tensor(np.square(keys32).sum(axis=1)),
+               ops.convert_to_tensor(np.asarray(values, dtype="int32")), ops.convert_to_tensor(float(lam), "float32"),
+               ops.convert_to_tensor(float(temperature), "float32"))
+
+
+def nearest(queries, keys, key_norms, k: int):
+    """The ``k`` keys nearest each query: ``queries (rows, dim)`` -> ``(distances (rows, k)``
+    squared L2, nearest first, ``indices (rows, k) int32)``."""
+    queries = ops.cast(queries, "float32")
+    query_norms = ops.sum(ops.square(queries), axis=-1, keepdims=True)
+    distances = query_norms - 2.0 * ops.matmul(queries, ops.transpose(keys)) + key_norms[None, :]
+    negative, indices = ops.top_k(-distances, k)
+    return ops.maximum(-negative, 0.0), ops.cast(indices, "int32")
+
+
+def knn_probs(queries, knn: Knn, k: int, vocab: int):
+    """p_knn: ``queries (rows, dim)`` -> ``(rows, vocab)`` float32, each row a distribution over
+    the values of its ``k`` nearest keys, weighted by ``softmax(-distance / temperature)``."""
+    distances, indices = nearest(queries, knn.keys, knn.key_norms, k)
+    weights = ops.softmax(-distances / knn.temperature, axis=-1)  # (rows, k)
+    tokens = ops.take(knn.values, indices, axis=0)  # (rows, k)
+    return ops.sum(weights[..., None] * ops.one_hot(tokens, vocab, dtype="float32"), axis=1)
+
+
+def mixed_log_probs(states, logits, knn: Knn, k: int):
+    """``log(lam * p_knn + (1 - lam) * softmax(logits))``: ``states (rows, dim)`` (the queries),
+    ``logits (rows, vocab)`` -> float32 ``(rows, vocab)`` log-probabilities (lam capped at
+    ``1 - MODEL_FLOOR``)."""
+    logits = ops.cast(logits, "float32")
+    p_model = ops.softmax(logits, axis=-1)
+    p_knn = knn_probs(states, knn, k, ops.shape(logits)[-1])
+    lam = ops.minimum(knn.lam, 1.0 - MODEL_FLOOR)
+    return ops.log(lam * p_knn + (1.0 - lam) * p_model)
+
+
+def typical_distance(keys: np.ndarray, k: int, sample: int = 64, seed: int = 0) -> float:
+    """The median squared L2 distance from a sample of keys to their ``k``-th nearest key (numpy):
+    the scale the temperatures are chosen against."""
+    keys = np.asarray(keys, dtype="float32")
+    rng = np.random.default_rng(seed)
+    queries = keys[rng.choice(len(keys), size=min(sample, len(keys)), replace=False)]
+    distances = (np.square(queries).sum(1)[:, None] - 2.0 * queries @ keys.T + np.square(keys).sum(1)[None, :])
+    kth = np.partition(np.maximum(distances, 0.0), min(k, len(keys) - 1), axis=1)[:, min(k, len(keys) - 1)]
+    return float(max(np.median(kth), 1e-6))
