@@ -156,3 +156,36 @@ def test_cli_fine_tunes_an_encoder_folder_draws_its_attention_and_refuses_export
     assert main(["attention", str(out), "three one", "--out", str(tmp_path / "maps")]) == 0
     names = {p.name for p in (tmp_path / "maps").glob("*.png")}
     assert {"encoder_grid.png", "cross_grid.png", "decoder_self_grid.png"} <= names
+
+
+def test_the_service_answers_with_the_pretrained_encoder_and_retrieval_as_the_library_does(runs):
+    import asyncio
+
+    import httpx
+
+    from kformer.server import create_app
+    from kformer.tasks import translate
+
+    root, _, pairs, _, _ = runs
+    folder = root / "served"
+    shutil.copytree(root / "frozen", folder)
+    library = translate.load(folder).build_retrieval(pairs, lam=0.5)  # written into the folder
+    assert library.retrieval is not None and library.manifest["encoder"]["frozen"]
+    texts = ["one two", "three", "ten nine eight"]
+    expected = library.predict(texts)
+
+    async def body():
+        app = create_app({"numbers": folder})
+        async with app.router.lifespan_context(app):
+            assert await asyncio.to_thread(app.state.service.loaded.wait, 20)
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://kformer", timeout=20) as client:
+                answer = await client.post("/v1/models/numbers:predict", json={"instances": texts})
+                assert answer.status_code == 200, answer.text
+                assert answer.json()["predictions"] == expected
+                meta = (await client.get("/v1/models/numbers/metadata")).json()
+                assert meta["retrieval"]["lambda"] == 0.5 and meta["encoder"]["name"].endswith("bert")
+                maps = (await client.post("/v1/models/numbers:explain", json={"instances": ["one two"]})).json()["maps"]
+                assert {"decoder_self", "cross"} <= set(maps)
+
+    asyncio.run(body())
