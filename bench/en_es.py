@@ -258,7 +258,8 @@ def main() -> None:
 
         print(results_table(rows, "translation memory (TF-IDF nearest neighbour)", RATIO_KEYS))
         return
-    record_results("English->Spanish translation (Anki)", rows, notes=notes,
+    title = "English->Spanish translation (Anki" + (", held out by English sentence)" if args.split == "source" else ")")
+    record_results(title, rows, notes=notes,
                    baseline=rows[0]["system"], ratio_keys=RATIO_KEYS)
 
 

@@ -96,6 +96,8 @@ RULES = (  # in the order of the summary's rows
          {"system": "^translation memory"}, args=TRANSLATION_ARGS),
     Rule("bench.en_ta", "English->Tamil", "chrf", {"system": r"^kformer (?!.*--curriculum).*, greedy$"},
          {"system": "^translation memory"}, args=TRANSLATION_ARGS),
+    Rule("bench.en_ta_levers", "English->Tamil levers", "chrf", {"system": "^best on validation"},
+         {"system": r"^translation memory \("}, args=("--minutes", "--seeds")),
     # arithmetic
     Rule("bench.arithmetic", "Arithmetic: .*lesson's model alone", "exact_match", {"system": "^kformer$"},
          {"system": "^lesson model$"}, args=("--lesson-only",)),
