@@ -69,7 +69,11 @@ def test_train_writes_a_complete_folder(trained):
     assert manifest["task"] == "translate" and manifest["vocab"]["shared"] is True
     assert (model / "model.keras").is_file() and (model / "vocab.spm").is_file()
     metrics = json.loads((model / "metrics.json").read_text(encoding="utf-8"))
-    assert metrics["splits"]["test"] == len(test) and metrics["splits"]["train"] == 400 - 20
+    # a twentieth of the distinct sources held out for validation, with every other pair of theirs
+    # (number_pairs repeats sources: 400 pairs of 91)
+    sources = {source for source, _ in number_pairs(400, seed=1)}
+    assert metrics["splits"]["test"] == len(test) and metrics["splits"]["valid"] == len(sources) // 20
+    assert 300 < metrics["splits"]["train"] < 400 - metrics["splits"]["valid"]
     assert metrics["command"][:3] == ["kformer", "train", "translate"] and metrics["recipe"]["dim"] == 32
     assert metrics["recipe"]["curriculum"] is True and metrics["recipe"]["batch_size"] == "auto"  # packed by tokens
     assert metrics["batches_per_epoch"] * 256 >= metrics["train_target_tokens"]
