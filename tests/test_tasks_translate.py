@@ -46,8 +46,11 @@ def test_train_from_a_tiny_file_writes_a_folder_with_auto_choices(runs):
     assert first.folder == out and runs["first_checkpoint"]["epochs_done"] == 1
     assert first.metrics["splits"]["train"] == first.metrics["splits"]["test"] == 16
     auto = json.loads((out / "metrics.json").read_text(encoding="utf-8"))["auto"]
-    assert set(auto) == {"tokens", "max_length", "warmup_steps", "shared_vocab", "target_vocab_size", "tie_embeddings",
-                         "norm_first", "early_stopping"}  # batch_size is given: no token budget
+    assert set(auto) == {"encoder", "retrieval", "tokens", "max_length", "warmup_steps", "shared_vocab",
+                         "target_vocab_size", "tie_embeddings", "norm_first",
+                         "early_stopping"}  # batch_size is given: no token budget
+    assert auto["encoder"]["value"] == "scratch"  # not English, and a toy corpus (tests/test_translate_pretrained.py)
+    assert auto["retrieval"]["value"] == "off"
     assert all(item["why"] for item in auto.values()) and first.config.batch_tokens == "auto"
     assert auto["tokens"]["value"] == "subwords"  # 16 distinct pairs: enough for SentencePiece
     assert first.config.max_length == auto["max_length"]["value"] >= 8  # resolved: a number, not "auto"

@@ -189,3 +189,27 @@ def test_the_service_answers_with_the_pretrained_encoder_and_retrieval_as_the_li
                 assert {"decoder_self", "cross"} <= set(maps)
 
     asyncio.run(body())
+
+
+def test_auto_picks_the_pretrained_encoder_for_a_small_english_corpus_only():
+    from kformer.tasks.translate.auto import encoder_rule
+    from kformer.tasks.translate.stats import CorpusStats, side_shape
+
+    english = ["The virus spreads quickly in the city.", "It is not safe to travel with a fever.",
+               "Wash your hands and stay at home.", "This was the first case of the disease."]
+    spanish = ["El virus se propaga rápido en la ciudad.", "No es seguro viajar con fiebre.",
+               "Lávate las manos y quédate en casa.", "Este fue el primer caso de la enfermedad."]
+    tamil = side_shape(["வைரஸ் வேகமாக பரவுகிறது."] * 4)
+
+    def stats(sources, pairs):
+        return CorpusStats(pairs, side_shape(sources), tamil)
+
+    assert side_shape(english).english_share > 0.2 > 0.02 > side_shape(spanish).english_share
+    assert encoder_rule(stats(english, 2_800), wants_shared=False, installed=True)[0] == "minilm"
+    for corpus, why in [(stats(spanish, 2_800), "not English"), (stats(english, 40), "outside"),
+                        (stats(english, 116_000), "outside")]:
+        value, reason = encoder_rule(corpus, wants_shared=False, installed=True)
+        assert value == "scratch" and why in reason
+    assert encoder_rule(stats(english, 2_800), wants_shared=True, installed=True)[0] == "scratch"
+    value, reason = encoder_rule(stats(english, 2_800), wants_shared=False, installed=False)
+    assert value == "scratch" and "pip install" in reason

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kformer.auto import AUTO
 from kformer.data.pairs import Pair
 from kformer.tasks.translate.settings import TranslateConfig
 
@@ -13,7 +14,8 @@ ENCODER_CHOICES = "scratch, minilm"
 
 
 def uses_pretrained(config: TranslateConfig) -> bool:
-    return config.encoder != "scratch"
+    """Whether ``config.encoder`` names a pretrained encoder (``"auto"`` not resolved yet: no)."""
+    return config.encoder not in ("scratch", AUTO)
 
 
 def check_encoder_source(config: TranslateConfig) -> None:

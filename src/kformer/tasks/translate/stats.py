@@ -12,6 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 SCRIPT_SAMPLE = 2000  # sentences per side looked at for the script
+# English words that are rare as words in other Latin-script languages; about a fifth of the words of
+# English prose (TICO-19's English side: 22 %, Anki's: 26 %), under 2 % of Spanish, French or German
+ENGLISH_MARKERS = frozenset("the of and to is that it for you with was are this have be not".split())
 
 
 @dataclass(frozen=True)
@@ -21,18 +24,22 @@ class SideShape:
     words: int
     distinct_words: int
     script: str  # "LATIN", "TAMIL", ... (first word of the letters' Unicode names)
+    english_share: float = 0.0  # share of the sampled words that are ENGLISH_MARKERS
 
 
 def side_shape(texts: Sequence[str]) -> SideShape:
-    """Word counts of ``texts`` and the script of most letters in the first ``SCRIPT_SAMPLE``."""
+    """Word counts of ``texts``, the script of most letters and the share of English marker words
+    in the first ``SCRIPT_SAMPLE``."""
     words, distinct = 0, set()
     for text in texts:
         split = text.split()
         words += len(split)
         distinct.update(split)
-    scripts = Counter(unicodedata.name(ch, "UNKNOWN").split()[0]
-                      for text in texts[:SCRIPT_SAMPLE] for ch in text if ch.isalpha())
-    return SideShape(words, len(distinct), scripts.most_common(1)[0][0] if scripts else "NONE")
+    sample = texts[:SCRIPT_SAMPLE]
+    scripts = Counter(unicodedata.name(ch, "UNKNOWN").split()[0] for text in sample for ch in text if ch.isalpha())
+    sampled = [word.strip(".,;:!?\"'()").lower() for text in sample for word in text.split()]
+    english = sum(word in ENGLISH_MARKERS for word in sampled) / max(len(sampled), 1)
+    return SideShape(words, len(distinct), scripts.most_common(1)[0][0] if scripts else "NONE", round(english, 4))
 
 
 @dataclass(frozen=True)

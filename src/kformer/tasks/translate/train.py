@@ -190,12 +190,13 @@ def prepare(config: TranslateConfig, train_pairs: list[Pair], valid_pairs: list[
     and the pairs encoded: the corpus rules, the vocabularies, the rules over the encoded pairs."""
     train, valid, test = split_pairs(config, train_pairs, valid_pairs, test_pairs)
     started = time.monotonic()
-    encoder = encoder_vocab = None
-    if pretrained.uses_pretrained(config):
-        encoder, encoder_vocab = pretrained.load_encoder(config)
     if saved is None:
         config, auto = RULES.resolve(config, CorpusStats.of(train), phase="corpus")
         config.check_shared_table()  # shared_vocab may be auto's choice
+    encoder = encoder_vocab = None
+    if pretrained.uses_pretrained(config):  # after the corpus rules: encoder may be auto's choice
+        encoder, encoder_vocab = pretrained.load_encoder(config)
+    if saved is None:
         source_vocab, target_vocab = learn_vocabularies(config, train, encoder_vocab)
     else:
         auto = AutoChoices(saved.auto)
