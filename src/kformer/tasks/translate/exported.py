@@ -42,7 +42,10 @@ class ExportedTranslator(FromExport, Translator):
     def metadata(self) -> dict[str, Any]:
         return {**super().metadata(), "export": self.manifest["format"]}
 
-    def _decode(self, sources: list[list[int]], beam: int, batch_size: int, max_repeat: int) -> list[str]:
+    def _decode(self, sources: list[list[int]], beam: int, batch_size: int, max_repeat: int,
+                retrieval: bool = True) -> list[str]:
+        """As :meth:`Translator._decode`; an export never carries a datastore (``kformer export``
+        refuses a folder with one), so ``retrieval`` changes nothing."""
         from kformer.data.batching import length_bucketed_batches
 
         self.greedy_only(beam)
