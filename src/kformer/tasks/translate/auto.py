@@ -92,7 +92,7 @@ DEFAULT_DECODE_LENGTH = {"per_source_token": 2.0, "extra": 8}  # folders written
 # parameter encoder would cost more time than the run; above 20,000 pairs (Anki's 116k) the scratch recipe
 # was measured and the datastore would grow past a brute-force search.
 SMALL_CORPUS = (500, 20_000)
-ENGLISH_SHARE = 0.1  # English prose: about 0.2 marker words; Spanish, French, German: under 0.02
+ENGLISH_SHARE = 0.1  # half what English text has (stats.ENGLISH_MARKERS)
 
 
 def pretrained_english_installed() -> bool:
