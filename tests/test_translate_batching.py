@@ -219,7 +219,7 @@ def test_the_registry_chooses_exactly_the_settings_that_may_be_auto_and_says_eac
     phases = {rule.phase for rule in translate_auto.RULES}
     assert phases == {"corpus", "encoded"}  # prepare resolves each phase once: before and after the vocabularies
     corpus = {name for rule in translate_auto.RULES if rule.phase == "corpus" for name in rule.settings}
-    assert corpus == {"tokens", "shared_vocab", "vocab_size", "target_vocab_size"}
+    assert corpus == {"encoder", "retrieval", "tokens", "shared_vocab", "vocab_size", "target_vocab_size"}
 
 
 def _pairs(sources, targets):
@@ -236,7 +236,9 @@ def test_resolving_both_phases_gives_what_the_calculations_give():
     corpus = CorpusStats.of(_pairs(english, tamil))
     config, choices = translate_auto.RULES.resolve(TranslateConfig(max_minutes=3.0), corpus, phase="corpus")
     expected = vocab_rules(side_shape(english), side_shape(tamil))
+    small = "300 distinct training pairs: outside 500..20,000"  # English, but a toy corpus
     assert {name: (item["value"], item["why"]) for name, item in choices.chosen.items()} == {
+        "encoder": ("scratch", small), "retrieval": ("off", small),
         "tokens": ("subwords", "300 distinct training pairs: at least 10"), **expected}
     assert config.dim == "auto" and all(item["rule"] for item in choices.chosen.values())
 

@@ -121,7 +121,7 @@ def test_bad_encoder_settings_are_one_line_errors(tmp_path, capsys):
         TranslateConfig(encoder="minilm", shared_vocab=True)
     assert error.value.field == "shared_vocab"
     with pytest.raises(BadInput) as error:
-        TranslateConfig(encoder_learning_rate=1e-4)
+        TranslateConfig(encoder="scratch", encoder_learning_rate=1e-4)
     assert error.value.field == "encoder_learning_rate"
     data = write_tsv_pairs(tmp_path / "pairs.tsv", number_pairs(20, seed=1))
     for value, fragment in ((tmp_path / "missing", "--encoder"), (tmp_path, "not a KerasHub preset")):
@@ -129,6 +129,10 @@ def test_bad_encoder_settings_are_one_line_errors(tmp_path, capsys):
                      "--encoder", str(value)]) == 2
         lines = capsys.readouterr().err.strip().splitlines()
         assert lines[-1].startswith("kformer: error:") and fragment in lines[-1] and "--encoder" in lines[-1]
+    # a fine-tuning rate while auto keeps the scratch encoder (a toy corpus): said, not ignored
+    assert main(["train", "translate", "--data", str(data), "--valid", str(data), "--test", str(data),
+                 "--out", str(tmp_path / "out"), "--encoder-learning-rate", "1e-4"]) == 2
+    assert "--encoder-learning-rate" in capsys.readouterr().err.strip().splitlines()[-1]
     assert not (tmp_path / "out").exists()
 
 

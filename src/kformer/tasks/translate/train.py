@@ -193,6 +193,7 @@ def prepare(config: TranslateConfig, train_pairs: list[Pair], valid_pairs: list[
     if saved is None:
         config, auto = RULES.resolve(config, CorpusStats.of(train), phase="corpus")
         config.check_shared_table()  # shared_vocab may be auto's choice
+        config.check_encoder()  # so may encoder: a fine-tuning rate needs a pretrained one
     encoder = encoder_vocab = None
     if pretrained.uses_pretrained(config):  # after the corpus rules: encoder may be auto's choice
         encoder, encoder_vocab = pretrained.load_encoder(config)
