@@ -17,7 +17,6 @@ import math
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -205,22 +204,16 @@ class Translator(TaskModel):
         the test pairs), or, with ``lam`` given, set (``temperature`` default: the datastore's
         typical distance; ``k`` default 8) without tuning."""
         from kformer.data.pairs import normalize_text
-        from kformer.tasks.translate.retrieval import build_datastore, tune_on_pairs
+        from kformer.tasks.translate.retrieval import datastore_for
 
         at_least("limit", limit, 1)
         pairs = read_pair_data(data, "data")
         valid_pairs = read_pair_data(valid, "valid") if lam is None else []
         if lam is None and (temperature is not None or k is not None):
             raise BadInput("{field} must be given with temperature or k (they skip tuning)", field="lam")
-        started = time.monotonic()
-        store = build_datastore(self.model, self.encode_sources([p.source for p in pairs]),
-                                self.target_vocab.encode([normalize_text(p.target) for p in pairs]))
-        built = time.monotonic() - started
-        if lam is None:
-            store = tune_on_pairs(self.with_retrieval(None), store, valid_pairs, limit, progress)
-        else:
-            store = store.with_settings(lam=lam, temperature=temperature, k=k)
-        store = replace(store, tuning={**store.tuning, "build_seconds": round(built, 2)})
+        store = datastore_for(self, self.encode_sources([p.source for p in pairs]),
+                              self.target_vocab.encode([normalize_text(p.target) for p in pairs]), valid_pairs,
+                              limit, progress, lam=lam, temperature=temperature, k=k)
         if write:
             add_to_folder(self.folder, store)
             return load(self.folder)

@@ -208,6 +208,22 @@ def tune_on_pairs(translator, datastore: Datastore, valid_pairs, limit: int = TU
     return replace(tuned, tuning={**tuned.tuning, "valid_pairs": len(pairs)})
 
 
+def datastore_for(translator, sources: Sequence[list[int]], targets: Sequence[list[int]], valid_pairs=(),
+                  limit: int = TUNE_PAIRS, progress=None, lam: float | None = None,
+                  temperature: float | None = None, k: int | None = None) -> Datastore:
+    """The datastore of ``translator``'s encoded training pairs with its weights tuned on
+    ``valid_pairs`` (:func:`tune_on_pairs`), or set when ``lam`` is given; its build seconds are
+    recorded in ``tuning`` (what training's ``retrieval = "on"`` and ``build_retrieval`` both do)."""
+    started = time.monotonic()
+    store = build_datastore(translator.model, sources, targets)
+    built = time.monotonic() - started
+    if lam is None:
+        store = tune_on_pairs(translator.with_retrieval(None), store, valid_pairs, limit, progress)
+    else:
+        store = store.with_settings(lam=lam, temperature=temperature, k=k)
+    return replace(store, tuning={**store.tuning, "build_seconds": round(built, 2)})
+
+
 # --- the folder -------------------------------------------------------------------------------------
 
 

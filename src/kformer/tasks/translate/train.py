@@ -115,15 +115,11 @@ class TranslateRun(skeleton.TrainingRun):
         """With ``retrieval`` on: the datastore of the training pairs, its weights chosen on the
         validation pairs (:mod:`.retrieval`; the test pairs are not seen)."""
         if prepared.config.retrieval == "on":
-            from kformer.tasks.translate.retrieval import build_datastore, tune_on_pairs
+            from kformer.tasks.translate.retrieval import datastore_for
 
-            started = time.monotonic()
-            store = build_datastore(fitted.model, *prepared.train)
-            built = time.monotonic() - started
             translator = Translator(fitted.model, prepared.source_vocab, prepared.target_vocab, Path("."),
                                     prepared.manifest())
-            store = tune_on_pairs(translator, store, prepared.valid_pairs)
-            fitted.retrieval = replace(store, tuning={**store.tuning, "build_seconds": round(built, 2)})
+            fitted.retrieval = datastore_for(translator, *prepared.train, prepared.valid_pairs)
         return fitted
 
     def evaluate(self, prepared: _Prepared, fitted: _Fitted) -> dict[str, Any]:
