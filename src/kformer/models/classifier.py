@@ -76,3 +76,22 @@ def encoder_attention_maps(model, ids) -> list[np.ndarray]:
         maps.append(np.asarray(scores))
         i += 1
     return maps
+
+
+HEAD_LAYERS = ("classes", "logits")  # the last dense layer: kformer's encoder, KerasHub's BERT classifiers
+
+
+def with_text_vectors(model):
+    """``model`` (a classifier whose last dense layer is one of :data:`HEAD_LAYERS`) as a network
+    of the same inputs and weights whose output is its output ``(batch, classes)`` followed by
+    the pooled text vector the dense layer reads ``(batch, dim)``: ``(batch, classes + dim)``
+    float32 (dropout, before the dense layer, does nothing at inference)."""
+    import keras
+
+    names = {layer.name for layer in model.layers}
+    head = next((name for name in HEAD_LAYERS if name in names), None)
+    if head is None:
+        raise ValueError(f"the classifier has no dense layer named {' or '.join(HEAD_LAYERS)}")
+    vector = model.get_layer(head).input
+    outputs = keras.ops.concatenate([keras.ops.cast(model.output, "float32"), keras.ops.cast(vector, "float32")], axis=-1)
+    return keras.Model(model.input, outputs, name=f"{model.name}_with_vectors")

@@ -327,6 +327,17 @@ def _wide(config: ClassifyConfig, stats: DataStats) -> tuple[bool, str]:
                   "beside it, mixed by a weight chosen on validation (metrics.json \"wide\")")
 
 
+@RULES.rule("ood_score", summary="mahalanobis with calibrate (the unknown route on), else probability: from "
+            "Podolskiy et al. 2021 (a Mahalanobis distance beat the top probability at out-of-scope intents); "
+            "to be confirmed by kformer's own out-of-scope benchmark")
+def _ood_score(config: ClassifyConfig, stats: DataStats) -> tuple[str, str]:
+    if config.calibrate:
+        return "mahalanobis", ("calibrate: the unknown route thresholds the distance of the pooled text vector to "
+                               "the nearest training class mean (Podolskiy et al. 2021: it separated out-of-scope "
+                               "intents better than the best probability)")
+    return "probability", "no calibrate: without a calibrated threshold the unknown route reads the best probability"
+
+
 # --- the time estimate behind epochs -------------------------------------------------------------------
 
 

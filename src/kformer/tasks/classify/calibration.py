@@ -1,8 +1,10 @@
 """Choosing the unknown route's threshold on validation data (``calibrate`` of a classify run).
 
-A classifier answers ``unknown`` when its best probability is below the threshold
-(:meth:`kformer.tasks.classify.Classifier.predict`). :func:`choose_threshold` picks it from
-validation predictions (:func:`calibrate`: those of a trained classifier):
+A classifier answers ``unknown`` when its in-scope score is below the threshold
+(:meth:`kformer.tasks.classify.Classifier.predict`): the best probability, or with a distance
+``ood_score`` minus the distance (:mod:`kformer.tasks.classify.ood`); higher is always more in
+scope. :func:`choose_threshold` picks the threshold from validation scores of any kind
+(:func:`calibrate`: those of a trained classifier):
 
 - with out-of-scope rows (validation texts whose labels the training data lacks, which should be
   routed to ``unknown``): the threshold maximising accuracy over in- and out-of-scope rows together
@@ -10,6 +12,9 @@ validation predictions (:func:`calibrate`: those of a trained classifier):
   out-of-scope row when it is below);
 - without them: the largest threshold that keeps ``keep`` (95 %) of the correctly predicted
   in-scope rows at or above it.
+
+With out-of-scope rows, :func:`calibrate` also records how well each score separates them from
+in-scope rows: the AUROC of the chosen score and of the best probability, side by side.
 """
 
 from __future__ import annotations
@@ -22,21 +27,26 @@ KEEP = 0.95
 
 
 def choose_threshold(best: np.ndarray, correct: np.ndarray, best_out_of_scope: np.ndarray | None = None,
-                     keep: float = KEEP) -> dict[str, Any]:
-    """``{"threshold", "method", ...}`` from validation predictions.
+                     keep: float = KEEP, floor: float | None = 0.0) -> dict[str, Any]:
+    """``{"threshold", "method", ...}`` from validation scores (higher = more in scope).
 
-    ``best``: ``(n,)`` the best class probability of each in-scope row; ``correct``: ``(n,)`` bool,
-    whether its prediction was right; ``best_out_of_scope``: ``(m,)`` best probabilities of the
-    out-of-scope rows, or None/empty. The summary also gives in-scope accuracy (a row routed to
-    unknown counts as wrong) and out-of-scope recall (share routed to unknown) at the threshold.
+    ``best``: ``(n,)`` the in-scope score of each in-scope row (the best class probability, or
+    minus a distance); ``correct``: ``(n,)`` bool, whether its prediction was right;
+    ``best_out_of_scope``: ``(m,)`` scores of the out-of-scope rows, or None/empty. ``floor``: the
+    threshold that routes nothing (0.0 for probabilities; None: the lowest score seen). The summary
+    also gives in-scope accuracy (a row routed to unknown counts as wrong) and out-of-scope recall
+    (share routed to unknown) at the threshold.
     """
     best = np.asarray(best, dtype="float64")
     correct = np.asarray(correct, dtype=bool)
     oos = np.zeros(0) if best_out_of_scope is None else np.asarray(best_out_of_scope, dtype="float64")
     if len(best) == 0:
         raise ValueError("calibration needs in-scope validation rows")
+    if floor is None:
+        floor = float(min(best.min(), oos.min() if len(oos) else np.inf))
     if len(oos):
-        candidates = np.unique(np.concatenate([[0.0], best, oos, [np.nextafter(max(best.max(), oos.max()), 2.0)]]))
+        top = max(best.max(), oos.max())
+        candidates = np.unique(np.concatenate([[floor], best, oos, [np.nextafter(top, np.inf)]]))
         kept = (best[None, :] >= candidates[:, None]) & correct[None, :]  # (k, n)
         routed = oos[None, :] < candidates[:, None]  # (k, m)
         accuracy = (kept.sum(axis=1) + routed.sum(axis=1)) / (len(best) + len(oos))
@@ -44,10 +54,11 @@ def choose_threshold(best: np.ndarray, correct: np.ndarray, best_out_of_scope: n
         method = "out_of_scope"
     else:
         right = best[correct]
-        threshold = float(np.quantile(right, 1.0 - keep, method="lower")) if len(right) else 0.0
+        threshold = float(np.quantile(right, 1.0 - keep, method="lower")) if len(right) else floor
         method = f"keep {keep:.0%} of correct"
+    threshold = _round_down(threshold)
     summary = {
-        "threshold": round(threshold, 6),
+        "threshold": threshold,
         "method": method,
         "valid_in_scope": int(len(best)),
         "valid_out_of_scope": int(len(oos)),
@@ -59,15 +70,41 @@ def choose_threshold(best: np.ndarray, correct: np.ndarray, best_out_of_scope: n
     return summary
 
 
+def _round_down(threshold: float) -> float:
+    """``threshold`` to 6 decimals (as kept in kformer.json), never above the score it was chosen at:
+    a row scoring exactly the chosen value stays at or above the rounded threshold."""
+    rounded = round(threshold, 6)
+    return rounded if rounded <= threshold else float(np.floor(threshold * 1e6) / 1e6)
+
+
 def calibrate(classifier, valid, out_of_scope=None, batch_size: int = 64) -> dict[str, Any]:
-    """metrics.json's ``calibration``: :func:`choose_threshold` on ``classifier``'s predictions of
-    ``valid`` (LabelledTexts of its labels) and ``out_of_scope`` (LabelledTexts of other labels,
-    or None), and what the threshold does there."""
-    probs = classifier.probabilities(valid.texts, batch_size)
+    """metrics.json's ``calibration``: :func:`choose_threshold` on ``classifier``'s in-scope scores
+    (:meth:`~kformer.tasks.classify.Classifier.scored`: its ``ood`` score, else the best
+    probability) of ``valid`` (LabelledTexts of its labels) and ``out_of_scope`` (LabelledTexts of
+    other labels, or None), what the threshold does there, and with out-of-scope rows ``auroc``:
+    how well the chosen score and the best probability each separate in- from out-of-scope rows."""
+    probs, scores = classifier.scored(valid.texts, batch_size)
     index = {label: i for i, label in enumerate(classifier.labels)}
     correct = probs.argmax(axis=1) == np.array([index[label] for label in valid.labels])
-    oos = None if out_of_scope is None else classifier.probabilities(out_of_scope.texts, batch_size).max(axis=1)
-    summary = choose_threshold(probs.max(axis=1), correct, oos)
+    kind = "probability" if classifier.ood is None else classifier.ood.kind
+    oos_probs = oos_scores = None
+    if out_of_scope is not None:
+        oos_probs, oos_scores = classifier.scored(out_of_scope.texts, batch_size)
+    summary = {"ood_score": kind, **choose_threshold(scores, correct, oos_scores,
+                                                     floor=0.0 if classifier.ood is None else None)}
     if out_of_scope is not None:
         summary["labels_out_of_scope"] = sorted(set(out_of_scope.labels))
+        summary["auroc"] = {kind: auroc(scores, oos_scores),
+                            "probability": auroc(probs.max(axis=1), oos_probs.max(axis=1))}
     return summary
+
+
+def auroc(in_scope: np.ndarray, out_of_scope: np.ndarray) -> float | None:
+    """The area under the ROC curve of a score telling ``in_scope`` ``(n,)`` rows (positives) from
+    ``out_of_scope`` ``(m,)`` rows by being higher; None without rows of both."""
+    from sklearn.metrics import roc_auc_score
+
+    if not len(in_scope) or not len(out_of_scope):
+        return None
+    truth = np.concatenate([np.ones(len(in_scope)), np.zeros(len(out_of_scope))])
+    return round(float(roc_auc_score(truth, np.concatenate([in_scope, out_of_scope]))), 6)

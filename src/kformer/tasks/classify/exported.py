@@ -29,7 +29,7 @@ class ExportedClassifier(FromExport, Classifier):
         TaskModel.__init__(self, folder, {"labels": metadata["labels"], "kind": metadata["kind"],
                                           "threshold": metadata.get("threshold"), **metadata})
         self.labels = [str(label) for label in metadata["labels"]]
-        self.kind, self.model, self.wide, self.predictor = metadata["kind"], None, None, None
+        self.kind, self.model, self.wide, self.predictor, self.ood = metadata["kind"], None, None, None, None
         self.threshold = None if metadata.get("threshold") is None else float(metadata["threshold"])
         self.format, self.spec = metadata["format"], spec
         self.max_chars = (metadata.get("wide") or {}).get("max_chars")  # the wide part reads the texts
@@ -93,6 +93,10 @@ class ExportedClassifier(FromExport, Classifier):
 
     def network_probabilities(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
         return self.probabilities(texts, batch_size)  # the export's graph holds the whole classifier
+
+    def scored(self, texts: Sequence[str], batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
+        probs = self.probabilities(texts, batch_size)  # exports carry the probability score only
+        return probs, probs.max(axis=1).astype("float64") if len(probs) else np.zeros(0)
 
     def warmup(self) -> None:
         self.probabilities(["warm up"])

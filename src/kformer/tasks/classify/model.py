@@ -11,7 +11,11 @@ beside the common manifest keys of :mod:`kformer.folders`:
 ``max_length``, ``tokenizer``, ``truncation``: how texts become ids
 ``text_column``, ``label_column``: the columns of the training file
 ``backbone``, ``pooling`` (bert), ``recipe``, ``metrics``
-``threshold``   (runs with ``calibrate``) the unknown route's threshold chosen on validation
+``threshold``   (runs with ``calibrate``) the unknown route's threshold chosen on validation, in
+                the units of the out-of-scope score (``ood``; without it: the best probability)
+``ood``         (runs whose ``ood_score`` is a distance) ``{"score", "units", "files", "dim", ...}``:
+                the statistics of the training texts' pooled vectors in ``ood/*.npy`` (no pickle;
+                :mod:`kformer.tasks.classify.ood`), the score the unknown route thresholds
 ``wide``        (runs with ``wide``) ``{"weight", "rule", "file", "vocab_file", "features"}``:
                 the n-gram part in ``wide.npz`` + ``wide_vocab.json`` and its weight in the
                 probabilities (:mod:`kformer.tasks.classify.wide`)
@@ -44,6 +48,7 @@ from kformer.tasks.classify.runtimes import check_runtime, make_predictor
 from kformer.tasks.classify.settings import TASK
 
 if TYPE_CHECKING:
+    from kformer.tasks.classify.ood import OodScore
     from kformer.tasks.classify.wide import Mix
 
 VOCAB_FILE = "vocab.txt"
@@ -52,7 +57,8 @@ VOCAB_FILE = "vocab.txt"
 class Classifier(TaskModel):
     """A classifier: its network (the Keras model, the tokenizer making its ids, the runtime it
     predicts on), the label names, and the parts that trained it beside it -- the ``wide`` n-gram
-    part mixed into its probabilities and the calibrated ``threshold`` of the unknown route.
+    part mixed into its probabilities, the calibrated ``threshold`` of the unknown route and the
+    out-of-scope score ``ood`` it thresholds (None: the best probability).
 
     ``kind`` is ``"encoder"`` (kformer's encoder; ``tokenizer`` turns texts into ids) or
     ``"bert"`` (a KerasHub ``BertTextClassifier``; its preprocessor's tokenizer makes the ids).
@@ -65,7 +71,7 @@ class Classifier(TaskModel):
     parameters: ClassVar[dict[str, Any]] = {"top_k": 1, "threshold": None, "unknown_label": "unknown"}
 
     def __init__(self, folder: Path, manifest: dict, model, tokenizer=None, *, wide: Mix | None = None,
-                 runtime: str = "keras"):
+                 ood: OodScore | None = None, runtime: str = "keras"):
         super().__init__(folder, manifest)
         self.model = model
         self.tokenizer = tokenizer
@@ -75,15 +81,26 @@ class Classifier(TaskModel):
         self.wide = wide
         # the unknown route's threshold chosen on validation data (``calibrate``), or None
         self.threshold: float | None = None if manifest.get("threshold") is None else float(manifest["threshold"])
-        # ids (batch, width) int32 -> probabilities (batch, classes) float32 on the runtime
-        self.predictor = make_predictor(self, runtime)
+        # the distance the unknown route thresholds (kformer.tasks.classify.ood), or None: the best probability
+        self.ood = ood
+        # ids (batch, width) int32 -> probabilities (batch, classes) float32 on the runtime (with ood: then
+        # the pooled text vectors, (batch, classes + dim))
+        self.predictor = make_predictor(self, runtime, vectors=ood is not None)
 
-    def with_parts(self, *, wide: Mix | None, threshold: float | None) -> Classifier:
+    def with_parts(self, *, wide: Mix | None, threshold: float | None, ood: OodScore | None = None) -> Classifier:
         """A classifier with this one's network (model, tokenizer and runtime: shared) and the
-        ``wide`` part and ``threshold`` given: how a training run assembles what validation chose."""
-        assembled = copy.copy(self)
-        assembled.wide, assembled.threshold = wide, threshold
+        ``wide`` part, ``threshold`` and ``ood`` score given: how a training run assembles what
+        validation chose."""
+        assembled = self.with_vectors() if ood is not None and not self.predictor.vectors else copy.copy(self)
+        assembled.wide, assembled.threshold, assembled.ood = wide, threshold, ood
         return assembled
+
+    def with_vectors(self) -> Classifier:
+        """This classifier predicting on Keras with its pooled text vectors (:meth:`text_vectors`):
+        what fitting a distance score reads."""
+        copied = copy.copy(self)
+        copied.predictor = make_predictor(self, "keras", vectors=True)
+        return copied
 
     def metadata(self) -> dict[str, Any]:
         return {**super().metadata(), "labels": list(self.labels), "kind": self.kind, "runtime": self.predictor.name}
@@ -127,7 +144,20 @@ class Classifier(TaskModel):
 
     def network_probabilities(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
         """The network's class probabilities ``(len(texts), len(labels))`` float32 (the Transformer
-        alone, without the wide part), rows in input order.
+        alone, without the wide part), rows in input order (:meth:`network_outputs`)."""
+        return self.network_outputs(texts, batch_size)[:, : len(self.labels)]
+
+    def text_vectors(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        """The network's pooled text vectors ``(len(texts), dim)`` float32 (the input of its last
+        dense layer, inference mode): what a distance score measures. Needs a predictor that
+        computes them (a classifier with ``ood``, or :meth:`with_vectors`)."""
+        if not self.predictor.vectors:
+            raise Unsupported("this classifier's predictor computes no text vectors (see Classifier.with_vectors)")
+        return self.network_outputs(texts, batch_size)[:, len(self.labels):]
+
+    def network_outputs(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        """The network's outputs ``(len(texts), classes[ + dim])`` float32, rows in input order:
+        probabilities, followed by the pooled text vector where the predictor computes it.
 
         Texts are tokenised once, sorted by length and cut into network calls of at most
         ``batch_size`` rows (at most the predictor's largest batch, 64 for Keras), each at its
@@ -143,7 +173,7 @@ class Classifier(TaskModel):
             batch_size = min(batch_size, self.predictor.max_batch)
         ids = self.features(texts)
         lengths = (ids != 0).sum(axis=1)
-        probs = np.zeros((len(texts), len(self.labels)), dtype="float32")
+        probs = np.zeros((len(texts), self._output_width()), dtype="float32")
         if self.predictor.any_shape:
             calls = [(rows, max(int(lengths[rows].max()), 1)) for rows in length_bucketed_batches(lengths, batch_size)]
         else:
@@ -152,43 +182,65 @@ class Classifier(TaskModel):
             probs[rows] = self._probabilities_of_ids(ids[rows, :width])
         return probs
 
+    def _output_width(self) -> int:
+        if not self.predictor.vectors:
+            return len(self.labels)
+        return int(self.predictor.network.outputs[0].shape[-1])
+
     def probabilities(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
         """Class probabilities ``(len(texts), len(labels))`` float32, rows in input order: the
         network's (:meth:`network_probabilities`), mixed with the wide part's when the classifier
         has one (geometric; linear in folders written before: :func:`kformer.tasks.classify.wide.mix`)."""
+        return self.scored(texts, batch_size)[0]
+
+    def scored(self, texts: Sequence[str], batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
+        """``(probabilities (n, classes) float32, in-scope scores (n,) float64)`` of ``texts`` in one
+        pass of the network: the score the unknown route thresholds, higher = more in scope --
+        the best probability, or (with ``ood``) minus a distance of the pooled text vector
+        (:mod:`kformer.tasks.classify.ood`)."""
         texts = check_texts(texts)
-        probs = self.network_probabilities(texts, batch_size)
-        return probs if self.wide is None else self.wide(probs, texts)
+        outputs = self.network_outputs(texts, batch_size)
+        probs = outputs[:, : len(self.labels)]
+        if self.wide is not None:
+            probs = self.wide(probs, texts)
+        if self.ood is None:
+            return probs, probs.max(axis=1).astype("float64") if len(probs) else np.zeros(0)
+        return probs, self.ood(outputs[:, len(self.labels):])
 
     def predict(self, texts: Sequence[str], *, top_k: int = 1, threshold: float | None = None,
                 unknown_label: str = "unknown", batch_size: int = 64) -> list[dict[str, Any]]:
         """One dict per text: ``label``, ``probability``, ``unknown``, ``top_k`` (label/probability
-        pairs, most likely first).
+        pairs, most likely first), and with a distance score (``ood``) its ``ood_score``.
 
-        With ``threshold``, a text whose best probability is below it gets ``unknown_label`` as its
-        label (``unknown`` is True; ``top_k`` still shows what the model thought). ``None`` takes
-        the calibrated threshold (a run with ``calibrate``; :attr:`threshold`), if any; 0 turns
-        the unknown route off.
+        With ``threshold``, a text whose in-scope score (:meth:`scored`: the best probability, or
+        with ``ood`` minus the distance, ``kformer.json["ood"]["units"]``) is below it gets
+        ``unknown_label`` as its label (``unknown`` is True; ``top_k`` still shows what the model
+        thought). ``None`` takes the calibrated threshold (a run with ``calibrate``;
+        :attr:`threshold`), if any; for the probability, 0 turns the unknown route off.
         """
         self.check_values({"top_k": top_k, "threshold": threshold, "unknown_label": unknown_label})
         if threshold is None:
             threshold = self.threshold
-        probs = self.probabilities(texts, batch_size=batch_size)
+        probs, scores = self.scored(texts, batch_size=batch_size)
         order = np.argsort(-probs, axis=1, kind="stable")[:, : min(top_k, len(self.labels))]
         results = []
-        for row, best in zip(probs, order, strict=True):
+        for row, best, score in zip(probs, order, scores, strict=True):
             top = [{"label": self.labels[j], "probability": round(float(row[j]), 6)} for j in best]
-            unknown = threshold is not None and float(row[best[0]]) < threshold
+            unknown = threshold is not None and float(score) < threshold
             results.append({"label": unknown_label if unknown else top[0]["label"],
-                            "probability": top[0]["probability"], "unknown": bool(unknown), "top_k": top})
+                            "probability": top[0]["probability"], "unknown": bool(unknown), "top_k": top,
+                            **({"ood_score": round(float(score), 6)} if self.ood is not None else {})})
         return results
 
     def check_values(self, parameters: dict[str, Any]) -> None:
-        """``top_k`` a whole number >= 1, ``threshold`` None or within 0..1, ``unknown_label`` a string."""
+        """``top_k`` a whole number >= 1, ``threshold`` None or within 0..1 (with a distance
+        ``ood`` score: any finite number), ``unknown_label`` a string."""
         _positive_int(parameters["top_k"], "top_k")
         threshold = parameters["threshold"]
         if threshold is not None:
-            if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0.0 <= threshold <= 1.0:
+            if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not np.isfinite(threshold):
+                raise BadInput(f"{{field}} must be a number, got {threshold!r}", field="threshold")
+            if self.ood is None and not 0.0 <= threshold <= 1.0:
                 raise BadInput(f"{{field}} must be between 0 and 1, got {threshold!r}", field="threshold")
         if not isinstance(parameters["unknown_label"], str):
             raise BadInput(f"{{field}} must be a string, not {type(parameters['unknown_label']).__name__}",
@@ -259,7 +311,7 @@ class Classifier(TaskModel):
         stack = np.stack([m[0] for m in encoder_attention_maps(self.model, ids)])  # (layers, heads, L, L)
         vocabulary = self.tokenizer.get_vocabulary()
         tokens = [vocabulary[i] for i in ids[0, : stack.shape[-1]]]
-        label = self.labels[int(self._probabilities_of_ids(ids)[0].argmax())]
+        label = self.labels[int(self._probabilities_of_ids(ids)[0, : len(self.labels)].argmax())]
         return AttentionMaps({"encoder": stack}, {"encoder": tokens}, {"encoder": tokens}, output=label)
 
     def export_plan(self):
@@ -333,12 +385,16 @@ def write_folder(out: Path, classifier: Classifier, metrics: dict[str, Any], voc
         manifest["threshold"] = classifier.threshold
     if classifier.wide is not None:
         manifest["wide"] = classifier.wide.manifest()
+    if classifier.ood is not None:
+        manifest["ood"] = classifier.ood.manifest()
 
     def write_files(stage: Path) -> None:
         if vocabulary:
             save_vocabulary(vocabulary, stage / VOCAB_FILE)
         if classifier.wide is not None:
             classifier.wide.part.save(stage)
+        if classifier.ood is not None:
+            classifier.ood.save(stage)
         write_curves(out / TRAINING_DIR, stage)
         plot_confusion_matrix(valid_scores["confusion"], valid_scores["labels"], stage / "confusion_valid.png")
 
@@ -380,7 +436,12 @@ def load(folder: str | os.PathLike, runtime: str = "keras") -> Classifier:
         from kformer.tasks.classify.wide import load_mix
 
         wide = load_mix(folder, manifest["wide"], [str(label) for label in labels])
-    return Classifier(folder, manifest, model, tokenizer, wide=wide, runtime=runtime)
+    ood = None
+    if manifest.get("ood"):
+        from kformer.tasks.classify.ood import load_score
+
+        ood = load_score(folder, manifest["ood"])
+    return Classifier(folder, manifest, model, tokenizer, wide=wide, ood=ood, runtime=runtime)
 
 
 @contextlib.contextmanager

@@ -3,7 +3,8 @@
 (``kformer.load(folder, runtime="onnx")``; ``kformer serve --runtime``).
 
 A predictor turns token ids ``(batch, width)`` int32 into probabilities ``(batch, classes)``
-float32. ``"onnx"`` converts the network to ONNX (the same conversion as ``kformer export --format onnx``)
+float32 -- on Keras, for a classifier with a distance out-of-scope score
+(:mod:`kformer.tasks.classify.ood`), followed by the pooled text vectors: ``(batch, classes + dim)``. ``"onnx"`` converts the network to ONNX (the same conversion as ``kformer export --format onnx``)
 once per folder version, kept in the folder's ``runtimes/`` (:func:`kformer.folders.converted`);
 attention maps still come from the Keras model. ``"onnx-int8"`` also
 quantizes the converted network's matrix weights to 8 bits (ONNX Runtime's dynamic quantization:
@@ -20,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from kformer.data.batching import BATCH_BUCKETS
-from kformer.errors import BadInput
+from kformer.errors import BadInput, Unsupported
 
 RUNTIMES = ("keras", "onnx", "onnx-int8")
 
@@ -31,11 +32,15 @@ def check_runtime(runtime: str, field: str = "runtime") -> str:
     return runtime
 
 
-def make_predictor(classifier, runtime: str = "keras"):
-    """What runs ``classifier``'s network on ``runtime`` (for ONNX Runtime: converted now)."""
+def make_predictor(classifier, runtime: str = "keras", vectors: bool = False):
+    """What runs ``classifier``'s network on ``runtime`` (for ONNX Runtime: converted now); with
+    ``vectors``, each row's pooled text vector follows its probabilities (Keras only)."""
     check_runtime(runtime)
     if runtime == "keras":
-        return KerasPredictor(classifier.model, classifier.kind)
+        return KerasPredictor(classifier.model, classifier.kind, vectors=vectors)
+    if vectors:
+        raise Unsupported(f"this classifier's out-of-scope score is a distance of its text vectors, which the {runtime} "
+                          "runtime does not compute yet; use {field} keras", field="runtime")
     from kformer.threads import thread_count
 
     return OnnxPredictor.for_classifier(classifier, thread_count(), int8=runtime == "onnx-int8")
@@ -52,10 +57,18 @@ class KerasPredictor:
     name = "keras"
     max_batch = BATCH_BUCKETS[-1]  # the largest batch warmup compiles
 
-    def __init__(self, model, kind: str):
+    def __init__(self, model, kind: str, vectors: bool = False):
         from kformer.tasks.classify.batch_plan import CallCosts
 
         self.model, self.kind = model, kind
+        self.classes = int(model.outputs[0].shape[-1])
+        # what runs: the model, or (``vectors``) the model whose rows end with the pooled text vector
+        self.network = model
+        self.vectors = vectors
+        if vectors:
+            from kformer.models.classifier import with_text_vectors
+
+            self.network = with_text_vectors(model)
         self.costs = CallCosts(pads_rows=True)  # a call runs at a compiled batch size: rows are padded up
         # kind "bert" on TensorFlow: the network as one graph of any (batch, width), built on first
         # use (any_shape; False: none on this backend)
@@ -72,12 +85,12 @@ class KerasPredictor:
         if self.graph is None:
             from kformer.models.pretrained import bert_graph_function
 
-            self.graph = bert_graph_function(self.model) or False
+            self.graph = bert_graph_function(self.network) or False
         return bool(self.graph)
 
     def __call__(self, ids: np.ndarray) -> np.ndarray:
         if self.kind == "encoder":
-            return np.asarray(self.model.predict_on_batch(ids), dtype="float32")
+            return np.asarray(self.network.predict_on_batch(ids), dtype="float32")
         if self.any_shape:
             return self._as_probabilities(self.graph(ids))
         import keras
@@ -88,19 +101,21 @@ class KerasPredictor:
         # KerasHub's override (which runs the string preprocessor first) is skipped without touching
         # the model; XLA compiles the prediction step once per (batch, width) shape (warmup).
         if not self._xla:
-            self.model.jit_compile, self.model.predict_function, self._xla = True, None, True
-        return self._as_probabilities(np.asarray(keras.Model.predict_on_batch(self.model, bert_inputs(ids)[0]),
+            self.network.jit_compile, self.network.predict_function, self._xla = True, None, True
+        return self._as_probabilities(np.asarray(keras.Model.predict_on_batch(self.network, bert_inputs(ids)[0]),
                                                  dtype="float32"))
 
     def _as_probabilities(self, outputs: np.ndarray) -> np.ndarray:
-        """A BERT classifier's outputs ``(batch, classes)`` as probabilities: KerasHub classifiers
-        built without ``activation="softmax"`` (folders from other tools) return logits."""
+        """A BERT classifier's outputs ``(batch, classes[ + dim])`` with probabilities first:
+        KerasHub classifiers built without ``activation="softmax"`` (folders from other tools)
+        return logits."""
         import keras
 
         if getattr(self.model, "activation", None) is keras.activations.softmax:
             return outputs
-        shifted = np.exp(outputs - outputs.max(axis=1, keepdims=True))
-        return shifted / shifted.sum(axis=1, keepdims=True)
+        logits = outputs[:, : self.classes]
+        shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+        return np.concatenate([shifted / shifted.sum(axis=1, keepdims=True), outputs[:, self.classes:]], axis=1)
 
 
 class OnnxPredictor:
@@ -109,6 +124,7 @@ class OnnxPredictor:
 
     any_shape = False
     max_batch = None
+    vectors = False  # probabilities only
 
     def __init__(self, onnx_model: bytes, threads: int | None = None, name: str = "onnx"):
         from kformer.extras import require

@@ -83,6 +83,13 @@ class ClassifyConfig:
         False, "training", "choose the unknown route's threshold on the validation set (its labels the training "
         f"data lacks are out-of-scope texts; without them {KEEP:.0%} of the correct predictions stay above it); "
         "predict and serve use it by default")
+    ood_score: Literal["probability", "mahalanobis", "knn"] | Auto = setting(
+        AUTO, "training", "what the unknown route thresholds (higher = more in scope; --threshold is in its units): "
+        "probability (the best class probability, 0..1), mahalanobis (minus the squared Mahalanobis distance of the "
+        "text's pooled vector to the nearest training class mean, one shared covariance) or knn (minus the distance "
+        "of the normalised vector to its 10th nearest normalised training vector); the statistics of the training "
+        "texts' vectors are kept in the folder's ood/; distance scores predict on the keras runtime and do not export "
+        "yet")
     precision: Literal["float32", "mixed_bfloat16"] = setting(
         "float32", "training", "mixed_bfloat16: compute in bfloat16 (weights and outputs stay float32); see bench/precision.py")
 

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     import os
 
     from kformer.parallel import DistributeConfig
+    from kformer.tasks.classify.ood import OodScore
     from kformer.tasks.classify.wide import Mix, WidePart
     from kformer.training import FitResult, Progress
 
@@ -130,7 +131,8 @@ class ClassifyRun(skeleton.TrainingRun):
 
     def assemble(self, prepared: _Prepared, fitted: _Fitted) -> _Assembled:
         """The wide part's weight, the validation scores and the threshold, chosen on the validation
-        split; then (``wide_refit``) the wide part fitted again on training and validation texts."""
+        split, of the out-of-scope score fitted on the training split (:func:`fit_ood`); then
+        (``wide_refit``) the wide part fitted again on training and validation texts."""
         config, train, valid = prepared.config, prepared.train, prepared.valid
         batch_size = max(config.batch_size, 64)
         chosen: Mix | None = None
@@ -138,7 +140,8 @@ class ClassifyRun(skeleton.TrainingRun):
         if config.wide is True:
             chosen, wide = wide_fit.choose_mix(fitted.classifier, fitted.wide_part, fitted.wide_seconds, valid,
                                                batch_size=batch_size)
-        mixed = fitted.classifier.with_parts(wide=chosen, threshold=None)
+        ood = fit_ood(fitted.classifier, config, train, batch_size)
+        mixed = fitted.classifier.with_parts(wide=chosen, threshold=None, ood=ood)
         valid_scores = mixed.scores(valid, batch_size)
         calibration = calibrate(mixed, valid, prepared.out_of_scope, batch_size) if config.calibrate else None
         if chosen is not None and config.wide_refit:  # after everything validation decides (weight, scores, threshold)
@@ -146,7 +149,7 @@ class ClassifyRun(skeleton.TrainingRun):
                                               word_ngrams=config.wide_ngrams)
             wide = {**wide, "refit": refitted}
         threshold = None if calibration is None else calibration["threshold"]
-        classifier = fitted.classifier.with_parts(wide=chosen, threshold=threshold)
+        classifier = mixed.with_parts(wide=chosen, threshold=threshold, ood=ood)
         return _Assembled(classifier, fitted.result, fitted.vocabulary, valid_scores, calibration, wide)
 
     def evaluate(self, prepared: _Prepared, assembled: _Assembled) -> dict[str, Any]:
@@ -194,6 +197,22 @@ def train(config: ClassifyConfig | dict[str, Any] | None = None, data: Data | No
     """
     return skeleton.train(ClassifyRun(), config, data, out, valid=valid, test=test, resume=resume, progress=progress,
                           command=None if command is None else list(command), distribute=distribute)
+
+
+def fit_ood(classifier: Classifier, config: ClassifyConfig, train: LabelledTexts, batch_size: int) -> OodScore | None:
+    """The distance score of ``config.ood_score`` fitted on the pooled vectors of the TRAINING
+    texts (inference mode), or None for the best probability (also a run resumed from before the
+    setting, whose "auto" stays unresolved)."""
+    from kformer.tasks.classify.ood import DISTANCE_SCORES, fit_score
+
+    if config.ood_score not in DISTANCE_SCORES:
+        return None
+    import numpy as np
+
+    vectors = classifier.with_vectors().text_vectors(train.texts, batch_size)  # (n, dim)
+    index = {label: i for i, label in enumerate(classifier.labels)}
+    label_ids = np.array([index[label] for label in train.labels])
+    return fit_score(config.ood_score, vectors, label_ids, len(classifier.labels))
 
 
 def learned_vocabulary(config: ClassifyConfig, texts: Sequence[str], state_dir: Path, resume: bool) -> list[str] | None:
