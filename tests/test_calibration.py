@@ -46,7 +46,7 @@ def test_calibrated_folder_routes_low_confidence_texts_to_unknown_by_default(tmp
     valid_rows += [(f"what is the weather like on day {i} in town", "Weather") for i in range(20)]  # out of scope
     valid = write_csv(tmp_path / "valid.csv", valid_rows)
     out = tmp_path / "model"
-    assert main(["train", "classify", "--data", str(train), "--valid", str(valid), "--out", str(out), "--calibrate",
+    assert main(["train", "classify", "--data", str(train), "--valid", str(valid), "--out", str(out), "--calibrate", "--ood-score", "probability",
                  "--epochs", "8", "--max-length", "16", "--vocab-size", "200", "--batch-size", "16", "--quiet"]) == 0
     metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
     calibration = metrics["calibration"]

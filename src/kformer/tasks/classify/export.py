@@ -52,7 +52,14 @@ LABELS = Tensor("labels", "string", (None,), "the most likely label (below the m
 
 def classifier_plan(classifier) -> Plan:
     """The export :class:`~kformer.models.export_plan.Plan` of a loaded
-    :class:`~kformer.tasks.classify.Classifier`."""
+    :class:`~kformer.tasks.classify.Classifier`; Unsupported for one whose out-of-scope score is
+    a distance (``ood``), which an export does not compute yet."""
+    if classifier.ood is not None:  # an export would route by the probability: answers unlike the folder's
+        from kformer.errors import Unsupported
+
+        raise Unsupported(f"this classifier's unknown route thresholds a {classifier.ood.kind} distance, which exports "
+                          "do not compute yet; serve the model folder, or train with --ood-score probability to export",
+                          field="model_dir")
     import tensorflow as tf
 
     from kformer.tasks.classify.wide import MAX_CHARS

@@ -1,0 +1,228 @@
+"""--ood-score: the unknown route thresholds a distance of the pooled text vector (Mahalanobis to the
+nearest training class mean, or the k-th nearest training vector), fitted after training, kept in
+the folder without pickle, calibrated like the probability and used by predict, the CLI and the
+service; exports refuse it (they would route by the probability)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+
+import numpy as np
+import pytest
+from conftest import write_csv
+
+from kformer.cli import main
+from kformer.errors import BadInput, Unsupported
+from kformer.tasks.classify.calibration import choose_threshold
+from kformer.tasks.classify.ood import (
+    OodScore,
+    fit_score,
+    knn_distance,
+    mahalanobis_distances,
+    mahalanobis_stats,
+)
+
+INTENTS = {
+    "balance": ["balance", "statement", "savings", "overdraft", "funds", "total"],
+    "card": ["card", "debit", "visa", "chip", "pin", "contactless"],
+    "loan": ["loan", "mortgage", "interest", "borrow", "repay", "credit"],
+    "transfer": ["transfer", "wire", "iban", "sepa", "payee", "send"],
+}
+HELD_OUT = ("weather", ["weather", "rain", "forecast", "sunny", "snow", "umbrella"])  # never in training
+FILLER = "please can you help me with my the a today now thanks".split()
+
+
+def _rows(per_label: int, seed: int, intents) -> list[tuple[str, str]]:
+    rng = random.Random(seed)
+    return [(" ".join(rng.sample(FILLER, 3) + rng.sample(words, 4)), label)
+            for label, words in intents for _ in range(per_label)]
+
+
+# --- the math ------------------------------------------------------------------------------------------
+
+
+def test_mahalanobis_matches_a_direct_numpy_computation():
+    from sklearn.covariance import LedoitWolf
+
+    rng = np.random.default_rng(0)
+    labels = np.repeat([0, 1, 2], 20)
+    vectors = rng.normal(size=(60, 5)) + labels[:, None] * 3.0
+    stats = mahalanobis_stats(vectors, labels, 3)
+    means = np.stack([vectors[labels == c].mean(axis=0) for c in range(3)])
+    np.testing.assert_allclose(stats["means"], means)
+    covariance = LedoitWolf(assume_centered=True).fit(vectors - means[labels]).covariance_
+    np.testing.assert_allclose(stats["precision"], np.linalg.inv(covariance), rtol=1e-6, atol=1e-8)
+    queries = rng.normal(size=(7, 5)) * 4
+    direct = np.array([[(x - m) @ stats["precision"] @ (x - m) for m in means] for x in queries])  # (7, 3)
+    np.testing.assert_allclose(mahalanobis_distances(queries, means, stats["precision"]), direct, rtol=1e-9)
+    score = fit_score("mahalanobis", vectors, labels, 3)
+    np.testing.assert_allclose(score(queries), -direct.min(axis=1), rtol=1e-9)  # higher = more in scope
+    assert score(means).max() == pytest.approx(0.0, abs=1e-9) and (score(queries) <= 0).all()
+
+
+def test_knn_is_the_kth_nearest_normalised_training_vector():
+    rng = np.random.default_rng(1)
+    bank, queries = rng.normal(size=(30, 4)), rng.normal(size=(5, 4))
+    unit = bank / np.linalg.norm(bank, axis=1, keepdims=True)
+    direct = np.array([np.sort(np.linalg.norm(unit - q / np.linalg.norm(q), axis=1))[2] for q in queries])
+    np.testing.assert_allclose(knn_distance(queries, unit, 3), direct, atol=1e-6)
+    score = fit_score("knn", bank, np.zeros(30, dtype=int), 1, k=3)
+    np.testing.assert_allclose(score(queries), -direct, atol=1e-6)
+    assert score.manifest()["k"] == 3 and score.manifest()["rows"] == 30
+
+
+def test_the_threshold_rule_takes_any_score_higher_meaning_in_scope():
+    best = np.array([-2.0, -3.0, -4.0, -9.0, -5.0])  # minus distances of in-scope rows
+    correct = np.array([True, True, True, False, True])
+    oos = np.array([-30.0, -8.0, -4.5, -60.0])
+    summary = choose_threshold(best, correct, oos, floor=None)
+    # at -5: 4 kept right + 3 routed = 7 of 9, tied with -4 (3 + 4): ties take the lowest, as with probabilities
+    assert summary["threshold"] == pytest.approx(-5.0)
+    assert summary["out_of_scope_recall"] == 0.75 and summary["in_scope_accuracy"] == pytest.approx(4 / 5)
+    # out-of-scope rows nearer than every in-scope one: the lowest score seen routes nothing
+    nothing = choose_threshold(best, correct, np.array([-1.0]), floor=None)
+    assert nothing["threshold"] == -9.0 and nothing["out_of_scope_recall"] == 0.0
+    keep = choose_threshold(-np.linspace(1, 100, 100), np.ones(100, dtype=bool), floor=None)
+    assert keep["threshold"] == pytest.approx(-96.0) and keep["in_scope_accuracy"] == pytest.approx(0.96)  # >= 95 %
+
+
+def test_bad_values_are_one_line_errors(capsys):
+    from kformer.tasks.classify import ClassifyConfig
+
+    with pytest.raises(BadInput, match="ood_score"):
+        ClassifyConfig(ood_score="nonsense")
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "classify", "--data", "x.csv", "--ood-score", "nonsense"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "--ood-score" in err and "nonsense" in err and len(err.splitlines()) == 1
+
+
+def test_auto_picks_mahalanobis_when_the_unknown_route_is_calibrated():
+    from kformer.tasks.classify import ClassifyConfig
+    from kformer.tasks.classify.auto import RULES, data_stats
+
+    texts, labels = zip(*_rows(5, 0, INTENTS.items()), strict=True)
+    stats = data_stats(list(texts), list(labels))
+    calibrated, chosen = RULES.resolve(ClassifyConfig(calibrate=True), stats)
+    assert calibrated.ood_score == "mahalanobis" and "Podolskiy" in chosen.to_json()["ood_score"]["why"]
+    assert RULES.resolve(ClassifyConfig(), stats)[0].ood_score == "probability"
+    assert "benchmark" in RULES.summary("ood_score")
+
+
+# --- a tiny classifier with one intent held out of training -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ood_folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ood")
+    train = write_csv(root / "train.csv", _rows(40, 1, INTENTS.items()))
+    valid = write_csv(root / "valid.csv", _rows(25, 2, INTENTS.items()) + _rows(10, 3, [HELD_OUT]))
+    out = root / "model"
+    assert main(["train", "classify", "--data", str(train), "--valid", str(valid), "--out", str(out), "--calibrate",
+                 "--ood-score", "mahalanobis", "--no-wide", "--epochs", "4", "--max-length", "16", "--dim", "16",
+                 "--ff-dim", "32", "--batch-size", "16", "--learning-rate", "0.003", "--quiet"]) == 0
+    return out
+
+
+def _texts():
+    in_scope = _rows(2, 11, INTENTS.items())
+    held_out = [text for text, _ in _rows(6, 12, [HELD_OUT])]
+    return in_scope, held_out
+
+
+def test_held_out_intent_goes_to_unknown_from_python_and_the_cli(ood_folder, capsys):
+    from kformer.tasks.classify import load
+
+    in_scope, held_out = _texts()
+    classifier = load(ood_folder)
+    assert classifier.ood.kind == "mahalanobis" and classifier.threshold < 0
+    answers = classifier.predict([t for t, _ in in_scope] + held_out)
+    assert [a["label"] for a in answers[: len(in_scope)]] == [label for _, label in in_scope]
+    assert all(a["label"] == "unknown" and a["unknown"] for a in answers[len(in_scope):])
+    assert all((a["ood_score"] < classifier.threshold) == a["unknown"] for a in answers)
+    assert not any(a["unknown"] for a in classifier.predict(held_out, threshold=-1e12))  # the user's, in its units
+
+    capsys.readouterr()
+    assert main(["predict", str(ood_folder), *held_out[:3], in_scope[0][0]]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["label"] for line in lines] == ["unknown"] * 3 + [in_scope[0][1]]
+    assert [line["ood_score"] for line in lines] == [a["ood_score"] for a in classifier.predict(held_out[:3] + [in_scope[0][0]])]
+
+
+def test_folder_keeps_the_statistics_without_pickle_and_reloads_identically(ood_folder):
+    from kformer.tasks.classify import load
+
+    manifest = json.loads((ood_folder / "kformer.json").read_text(encoding="utf-8"))
+    entry = manifest["ood"]
+    assert entry["score"] == "mahalanobis" and entry["files"] == {"means": "ood/means.npy", "precision": "ood/precision.npy"}
+    means = np.load(ood_folder / entry["files"]["means"], allow_pickle=False)
+    precision = np.load(ood_folder / entry["files"]["precision"], allow_pickle=False)
+    assert means.shape == (4, entry["dim"]) and precision.shape == (entry["dim"], entry["dim"])
+    in_scope, held_out = _texts()
+    texts = [t for t, _ in in_scope] + held_out
+    first, second = load(ood_folder), load(ood_folder)
+    scores = first.scored(texts)[1]
+    np.testing.assert_array_equal(scores, second.scored(texts)[1])
+    direct = -mahalanobis_distances(first.text_vectors(texts), means, precision).min(axis=1)
+    np.testing.assert_allclose(scores, direct, rtol=1e-9)
+    with pytest.raises(Unsupported, match="keras"):
+        load(ood_folder, runtime="onnx")  # would route by another score: refused, not silently different
+    with pytest.raises(BadInput, match="threshold"):
+        first.predict(texts[:1], threshold=float("nan"))
+
+
+def test_metrics_record_auroc_of_both_scores(ood_folder):
+    calibration = json.loads((ood_folder / "metrics.json").read_text(encoding="utf-8"))["calibration"]
+    assert calibration["ood_score"] == "mahalanobis" and calibration["labels_out_of_scope"] == ["weather"]
+    assert set(calibration["auroc"]) == {"mahalanobis", "probability"}
+    assert calibration["auroc"]["mahalanobis"] >= 0.9 and 0.0 <= calibration["auroc"]["probability"] <= 1.0
+    assert calibration["out_of_scope_recall"] >= 0.9 and calibration["in_scope_accuracy"] >= 0.9
+    manifest = json.loads((ood_folder / "kformer.json").read_text(encoding="utf-8"))
+    assert manifest["threshold"] == calibration["threshold"]
+
+
+def test_the_service_routes_by_the_same_score(ood_folder):
+    import httpx
+
+    from kformer.server import create_app
+    from kformer.tasks.classify import load
+
+    in_scope, held_out = _texts()
+    texts = [in_scope[0][0], held_out[0]]
+
+    async def ask():
+        app = create_app({"m": ood_folder})
+        async with app.router.lifespan_context(app):
+            assert await asyncio.to_thread(app.state.service.loaded.wait, 30)
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://k") as client:
+                return (await client.post("/v1/models/m:predict", json={"instances": texts})).json()
+
+    answer = asyncio.run(ask())
+    assert [p["label"] for p in answer["predictions"]] == [in_scope[0][1], "unknown"]
+    assert [p["ood_score"] for p in answer["predictions"]] == [a["ood_score"] for a in load(ood_folder).predict(texts)]
+
+
+def test_export_is_refused_in_one_line(ood_folder, tmp_path, capsys):
+    from kformer.export import export
+
+    with pytest.raises(Unsupported, match="distance"):
+        export(ood_folder, tmp_path / "export", "saved_model")
+    capsys.readouterr()
+    assert main(["export", str(ood_folder), "--out", str(tmp_path / "onnx"), "--format", "onnx"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "mahalanobis distance" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "onnx").exists()
+
+
+def test_an_ood_score_of_unknown_kind_is_a_corrupt_folder(tmp_path):
+    from kformer.errors import CorruptModel
+    from kformer.tasks.classify.ood import load_score
+
+    score = OodScore("mahalanobis", {"means": np.zeros((2, 3)), "precision": np.eye(3)})
+    score.save(tmp_path)
+    assert load_score(tmp_path, score.manifest()).dim == 3
+    with pytest.raises(CorruptModel, match="ood"):
+        load_score(tmp_path, {**score.manifest(), "score": "psychic"})
