@@ -327,14 +327,14 @@ def _wide(config: ClassifyConfig, stats: DataStats) -> tuple[bool, str]:
                   "beside it, mixed by a weight chosen on validation (metrics.json \"wide\")")
 
 
-@RULES.rule("ood_score", summary="mahalanobis with calibrate (the unknown route on), else probability: from "
-            "Podolskiy et al. 2021 (a Mahalanobis distance beat the top probability at out-of-scope intents); "
-            "to be confirmed by kformer's own out-of-scope benchmark")
+@RULES.rule("ood_score", summary="with calibrate: the score (probability, mahalanobis or knn) with the highest "
+            "validation AUROC when the validation set has out-of-scope texts (labels training lacks), else "
+            "mahalanobis; without calibrate: probability")
 def _ood_score(config: ClassifyConfig, stats: DataStats) -> tuple[str, str]:
-    if config.calibrate:
-        return "mahalanobis", ("calibrate: the unknown route thresholds the distance of the pooled text vector to "
-                               "the nearest training class mean (Podolskiy et al. 2021: it separated out-of-scope "
-                               "intents better than the best probability)")
+    if config.calibrate:  # the training run replaces this by validation's pick when it has out-of-scope texts
+        return "mahalanobis", ("calibrate without out-of-scope validation texts: the distance of the pooled text "
+                               "vector to the nearest training class mean (the best validation AUROC on kformer's "
+                               "held-out-intent benchmarks, bench/ood.py)")
     return "probability", "no calibrate: without a calibrated threshold the unknown route reads the best probability"
 
 

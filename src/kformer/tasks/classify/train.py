@@ -22,7 +22,7 @@ from kformer.tasks import skeleton
 from kformer.tasks.base import TrainResult
 from kformer.tasks.classify import network, wide_fit
 from kformer.tasks.classify.auto import RULES, data_stats, describe
-from kformer.tasks.classify.calibration import calibrate
+from kformer.tasks.classify.calibration import calibrate, pick_score
 from kformer.tasks.classify.data import Data, check_labels, read_all, scope_split, split
 from kformer.tasks.classify.model import VOCAB_FILE, Classifier, network_manifest, write_folder
 from kformer.tasks.classify.settings import TASK, ClassifyConfig
@@ -140,10 +140,15 @@ class ClassifyRun(skeleton.TrainingRun):
         if config.wide is True:
             chosen, wide = wide_fit.choose_mix(fitted.classifier, fitted.wide_part, fitted.wide_seconds, valid,
                                                batch_size=batch_size)
-        ood = fit_ood(fitted.classifier, config, train, batch_size)
-        mixed = fitted.classifier.with_parts(wide=chosen, threshold=None, ood=ood)
+        base = fitted.classifier.with_parts(wide=chosen, threshold=None)
+        ood, choice = fit_ood(base, config, train, batch_size, valid, prepared.out_of_scope,
+                              auto="ood_score" in prepared.auto.chosen)
+        mixed = base.with_parts(wide=chosen, threshold=None, ood=ood)
         valid_scores = mixed.scores(valid, batch_size)
         calibration = calibrate(mixed, valid, prepared.out_of_scope, batch_size) if config.calibrate else None
+        if choice is not None:  # validation settled what the rule left open: metrics.json["auto"] says so
+            prepared.auto.chosen["ood_score"] = {**prepared.auto.chosen["ood_score"], "value": choice["score"],
+                                                 "why": choice["why"]}
         if chosen is not None and config.wide_refit:  # after everything validation decides (weight, scores, threshold)
             chosen, refitted = wide_fit.refit(chosen, train, valid, class_weights=config.class_weights,
                                               word_ngrams=config.wide_ngrams)
@@ -199,20 +204,29 @@ def train(config: ClassifyConfig | dict[str, Any] | None = None, data: Data | No
                           command=None if command is None else list(command), distribute=distribute)
 
 
-def fit_ood(classifier: Classifier, config: ClassifyConfig, train: LabelledTexts, batch_size: int) -> OodScore | None:
+def fit_ood(classifier: Classifier, config: ClassifyConfig, train: LabelledTexts, batch_size: int,
+            valid: LabelledTexts, out_of_scope: LabelledTexts | None, *,
+            auto: bool) -> tuple[OodScore | None, dict[str, Any] | None]:
     """The distance score of ``config.ood_score`` fitted on the pooled vectors of the TRAINING
     texts (inference mode), or None for the best probability (also a run resumed from before the
-    setting, whose "auto" stays unresolved)."""
+    setting, whose "auto" stays unresolved); and, when ``auto`` chose the score and the validation
+    set has out-of-scope texts, which score validation picked (:func:`~kformer.tasks.classify.
+    calibration.pick_score`: every score's validation AUROC, the best one kept) -- else None."""
     from kformer.tasks.classify.ood import DISTANCE_SCORES, fit_score
 
     if config.ood_score not in DISTANCE_SCORES:
-        return None
+        return None, None
     import numpy as np
 
     vectors = classifier.with_vectors().text_vectors(train.texts, batch_size)  # (n, dim)
     index = {label: i for i, label in enumerate(classifier.labels)}
     label_ids = np.array([index[label] for label in train.labels])
-    return fit_score(config.ood_score, vectors, label_ids, len(classifier.labels))
+    kinds = DISTANCE_SCORES if auto and out_of_scope is not None and len(out_of_scope) else (config.ood_score,)
+    fitted = {kind: fit_score(kind, vectors, label_ids, len(classifier.labels)) for kind in kinds}
+    if len(fitted) == 1:
+        return fitted[config.ood_score], None
+    choice = pick_score(classifier, fitted, valid, out_of_scope, batch_size)
+    return fitted.get(choice["score"]), choice
 
 
 def learned_vocabulary(config: ClassifyConfig, texts: Sequence[str], state_dir: Path, resume: bool) -> list[str] | None:
