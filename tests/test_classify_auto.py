@@ -130,7 +130,8 @@ def test_shipped_recipes_train_as_before(recipe):
     for data in (stats(300, 2, 5), stats(50_000, 80, 300)):
         chosen, auto = choose(config, data)
         assert {name: getattr(chosen, name) for name in OLD_DEFAULTS} == expected
-        assert set(auto.to_json()) <= set(UNUSED_BY_PRETRAINED)
+        assert set(auto.to_json()) - {"ood_score"} <= set(UNUSED_BY_PRETRAINED)
+        assert chosen.ood_score == "probability"  # no recipe calibrates: the unknown route reads as before
 
 
 def test_data_stats_measure_words_and_sample_huge_sets():

@@ -107,9 +107,38 @@ def test_auto_picks_mahalanobis_when_the_unknown_route_is_calibrated():
     texts, labels = zip(*_rows(5, 0, INTENTS.items()), strict=True)
     stats = data_stats(list(texts), list(labels))
     calibrated, chosen = RULES.resolve(ClassifyConfig(calibrate=True), stats)
-    assert calibrated.ood_score == "mahalanobis" and "Podolskiy" in chosen.to_json()["ood_score"]["why"]
+    assert calibrated.ood_score == "mahalanobis" and "bench/ood.py" in chosen.to_json()["ood_score"]["why"]
     assert RULES.resolve(ClassifyConfig(), stats)[0].ood_score == "probability"
-    assert "benchmark" in RULES.summary("ood_score")
+    assert "validation AUROC" in RULES.summary("ood_score")
+
+
+def test_auto_takes_the_score_validation_separates_best(tmp_path):
+    """With out-of-scope validation texts, auto fits every score and keeps the one of highest
+    validation AUROC; metrics.json's auto entry and the folder say which, and the AUROCs it
+    compared are those of the scores themselves."""
+    from kformer.tasks.classify import load
+    from kformer.tasks.classify.calibration import auroc
+    from kformer.data.readers import read_labelled
+
+    train = write_csv(tmp_path / "train.csv", _rows(30, 1, INTENTS.items()))
+    valid = write_csv(tmp_path / "valid.csv", _rows(10, 2, INTENTS.items()) + _rows(8, 3, [HELD_OUT]))
+    out = tmp_path / "model"
+    assert main(["train", "classify", "--data", str(train), "--valid", str(valid), "--out", str(out), "--calibrate",
+                 "--no-wide", "--epochs", "3", "--max-length", "16", "--dim", "16", "--ff-dim", "32",
+                 "--batch-size", "16", "--learning-rate", "0.003", "--quiet"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    chosen = metrics["auto"]["ood_score"]
+    compared = {kind: float(part.split()[-1]) for kind, part in
+                zip(("probability", "mahalanobis", "knn"), chosen["why"].split("among ")[1].split(", "), strict=True)}
+    assert chosen["value"] == max(compared, key=compared.get)
+    classifier = load(out)
+    assert (classifier.ood is None) == (chosen["value"] == "probability")
+    assert metrics["calibration"]["ood_score"] == chosen["value"]
+    rows = read_labelled(valid)
+    inside = [t for t, lb in zip(rows.texts, rows.labels, strict=True) if lb != HELD_OUT[0]]
+    outside = [t for t, lb in zip(rows.texts, rows.labels, strict=True) if lb == HELD_OUT[0]]
+    own = auroc(classifier.scored(inside)[1], classifier.scored(outside)[1])
+    assert abs(own - compared[chosen["value"]]) <= 1e-3
 
 
 # --- a tiny classifier with one intent held out of training -------------------------------------------
