@@ -132,7 +132,7 @@ def main() -> None:
         "setting `auto`, chosen from the training data: docs/classification.md). Three systems per dataset and seed, "
         "in the same process: 'fixed' is the linear baseline of the dataset's own benchmark with its fixed settings; "
         "'tuned linear baseline' chose its features (TF-IDF word 1-2 or char 2-5 grams), model (logistic regression "
-        "or linear SVM) and C (0.1-100) by accuracy on the same validation texts kformer chooses on (the seed's "
+        "or linear SVM) and C (SVM 0.1-3, logistic regression 1-100) by accuracy on the same validation texts kformer chooses on (the seed's "
         "stratified 10 % hold-out of the training file; HWU64: the DialoGLUE val.csv), then was fitted again on "
         "training + validation texts. Test accuracy/macro-F1 on the official test sets (tickets: our split), scored "
         "once per run; no setting of kformer's or the baselines' was chosen on them. kformer keeps its best epoch by "

@@ -52,8 +52,7 @@ def linear_baseline(name: str, train, test, analyzer: str = "word", ngrams=(1, 2
 
 # the tuned linear baseline's grid: features x model x C, every point scored on the validation split
 TUNED_FEATURES = {"word 1-2 grams": ("word", (1, 2)), "char 2-5 grams": ("char_wb", (2, 5))}
-TUNED_MODELS = ("lr", "svm")
-TUNED_C = (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
+TUNED_C = {"svm": (0.1, 0.3, 1.0, 3.0), "lr": (1.0, 3.0, 10.0, 30.0, 100.0)}  # each model's usual range for TF-IDF
 
 
 def _linear_model(model: str, c: float):
@@ -73,7 +72,7 @@ def _vectorizer(analyzer: str, ngrams):
 def tuned_linear_baseline(train, valid, test) -> dict:
     """TF-IDF + a linear model, its features (word 1-2 or char 2-5 grams), model (logistic
     regression or linear SVM) and C chosen by accuracy on ``valid`` (each a ``(texts, labels)``
-    pair; :data:`TUNED_FEATURES` x :data:`TUNED_MODELS` x :data:`TUNED_C`), then fitted again on
+    pair; :data:`TUNED_FEATURES` x :data:`TUNED_C`), then fitted again on
     training + validation texts and scored once on ``test``; one result row (``train_s``: the
     search and the final fit)."""
     from sklearn.metrics import accuracy_score, f1_score
@@ -84,8 +83,8 @@ def tuned_linear_baseline(train, valid, test) -> dict:
         for feature, (analyzer, ngrams) in TUNED_FEATURES.items():
             vectorizer = _vectorizer(analyzer, ngrams)
             x_train, x_valid = vectorizer.fit_transform(train[0]), vectorizer.transform(valid[0])
-            for model in TUNED_MODELS:
-                for c in TUNED_C:
+            for model, grid in TUNED_C.items():
+                for c in grid:
                     predicted = _linear_model(model, c).fit(x_train, train[1]).predict(x_valid)
                     scores[(feature, model, c)] = float(accuracy_score(valid[1], predicted))
         feature, model, c = max(scores, key=lambda key: scores[key])  # ties: the first in grid order

@@ -134,6 +134,7 @@ def test_auto_takes_the_score_validation_separates_best(tmp_path):
     classifier = load(out)
     assert (classifier.ood is None) == (chosen["value"] == "probability")
     assert metrics["calibration"]["ood_score"] == chosen["value"]
+    assert metrics["calibration"]["auroc_of_each_score"] == pytest.approx(compared, abs=1e-3)
     rows = read_labelled(valid)
     inside = [t for t, lb in zip(rows.texts, rows.labels, strict=True) if lb != HELD_OUT[0]]
     outside = [t for t, lb in zip(rows.texts, rows.labels, strict=True) if lb == HELD_OUT[0]]

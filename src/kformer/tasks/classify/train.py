@@ -149,6 +149,7 @@ class ClassifyRun(skeleton.TrainingRun):
         if choice is not None:  # validation settled what the rule left open: metrics.json["auto"] says so
             prepared.auto.chosen["ood_score"] = {**prepared.auto.chosen["ood_score"], "value": choice["score"],
                                                  "why": choice["why"]}
+            calibration["auroc_of_each_score"] = choice["auroc"]
         if chosen is not None and config.wide_refit:  # after everything validation decides (weight, scores, threshold)
             chosen, refitted = wide_fit.refit(chosen, train, valid, class_weights=config.class_weights,
                                               word_ngrams=config.wide_ngrams)
