@@ -2,7 +2,6 @@
 fine-tuning run behind the >= 94 % target.
 
     flock /tmp/kformer-bench.lock python -m bench.minilm                      # speed, then <= 14.5 min of training
-    flock /tmp/kformer-bench.lock python -m bench.minilm --calibration        # + a held-out-intents --calibrate run
     python -m bench.minilm --skip-train                                        # speed only (a few minutes)
     python -m bench.minilm --skip-train --skip-speed --folder runs/banking77   # a trained folder on each runtime
     python -m bench.minilm --skip-train --freeze banking77,hwu64,tickets       # speed + frozen-backbone runs
@@ -160,46 +159,6 @@ def _train(train_path: Path, test_path: Path, recipe: str, minutes: float) -> li
     return rows
 
 
-def _calibration(train_path: Path, test_path: Path, recipe: str, minutes: float, held_out: int = 10) -> list[dict]:
-    """Out-of-scope routing: ``held_out`` fixed intents (every 8th, alphabetically) are left out of
-    training; half of their training texts join the validation set as out-of-scope examples, and
-    at test time their texts should route to ``unknown``. The same model is scored with the unknown
-    route off and with the threshold ``--calibrate`` chose."""
-    from kformer.tasks import classify
-
-    texts, labels = load(train_path)
-    intents = sorted(set(labels))
-    held = set(intents[::8][:held_out])
-    rng = random.Random(0)
-    inside = [(t, lb) for t, lb in zip(texts, labels, strict=True) if lb not in held]
-    outside = [(t, lb) for t, lb in zip(texts, labels, strict=True) if lb in held]
-    rng.shuffle(inside)
-    rng.shuffle(outside)
-    by_label: dict[str, list] = {}
-    for row in inside:
-        by_label.setdefault(row[1], []).append(row)
-    valid = [row for rows in by_label.values() for row in rows[: max(1, len(rows) // 10)]]  # 10 % of each intent
-    picked = {id(row) for row in valid}
-    folder = Path(tempfile.mkdtemp(prefix="kformer-minilm-oos-"))
-    train_csv = _write_csv(folder / "train.csv", [row for row in inside if id(row) not in picked])
-    valid_csv = _write_csv(folder / "valid.csv", valid + outside[: len(outside) // 2])
-    out = folder / "model"
-    row = kformer_run(f"kformer `{recipe}` --calibrate, {len(held)} intents held out", train_csv, test_path, recipe,
-                      {"max_minutes": minutes, "calibrate": True}, out_dir=out, valid_path=valid_csv,
-                      throughput_texts=256)
-    model = classify.load(out)
-    test_texts, test_labels = load(test_path)
-    rows = []
-    for name, threshold in (("unknown route off", 0.0), (f"calibrated threshold {model.threshold:.3f}", None)):
-        predicted = model.predict(test_texts, threshold=threshold)
-        in_scope = [p["label"] == lb for p, lb in zip(predicted, test_labels, strict=True) if lb not in held]
-        routed = [p["unknown"] for p, lb in zip(predicted, test_labels, strict=True) if lb in held]
-        rows.append({"system": f"{row['system']}: {name}", "in_scope_accuracy": sum(in_scope) / len(in_scope),
-                     "out_of_scope_recall": sum(routed) / max(len(routed), 1), "in_scope_n": len(in_scope),
-                     "out_of_scope_n": len(routed), "train_s": row["train_s"]})
-    return rows
-
-
 # --freeze datasets: (shared-data folder, train, validation or None, test, max_length)
 FREEZE_DATASETS = {
     "banking77": ("banking77", "train.csv", None, "test.csv", 64),
@@ -244,9 +203,6 @@ def main() -> None:
     parser.add_argument("--train-rows", type=int, default=None,
                         help="train on about N random training rows, at least 2 per intent (smoke runs)")
     parser.add_argument("--test-rows", type=int, default=None, help="test on about N random test rows (smoke runs)")
-    parser.add_argument("--calibration", action="store_true",
-                        help="also train with 10 intents held out and --calibrate: in-scope accuracy and out-of-scope "
-                        "recall with and without the calibrated unknown route (another --minutes run)")
     parser.add_argument("--freeze", default="",
                         help="comma-separated datasets for --backbone minilm --freeze runs beside the linear baseline: "
                         "banking77, hwu64, tickets, imdb (imdb: 50,000 texts of up to 256 pieces through MiniLM, "
@@ -291,16 +247,6 @@ def main() -> None:
                  + "; texts_per_s: the saved folder's prediction after warmup. Target: kformer >= 94 % in <= 15 "
                  "minutes.")
         record_or_print("BANKING77 MiniLM fine-tuning (issue 9)", rows, notes, record=not args.no_record)
-    if args.calibration:
-        rows = _calibration(_sample_csv(folder / "train.csv", args.train_rows),
-                            _sample_csv(folder / "test.csv", args.test_rows), args.recipe, args.minutes)
-        notes = ("10 fixed intents (every 8th alphabetically) left out of training; half of their training texts are "
-                 "the validation set's out-of-scope examples, their test texts should route to unknown. One model, "
-                 "scored with the unknown route off and with the threshold --calibrate chose on the validation set "
-                 "(maximising accuracy over in- and out-of-scope validation texts). in_scope_accuracy counts a "
-                 "text routed to unknown as wrong.")
-        record_or_print("BANKING77 out-of-scope routing with --calibrate (issue 9)", rows, notes,
-                        record=not args.no_record)
 
 
 if __name__ == "__main__":

@@ -215,16 +215,17 @@ def fit_ood(classifier: Classifier, config: ClassifyConfig, train: LabelledTexts
     calibration.pick_score`: every score's validation AUROC, the best one kept) -- else None."""
     from kformer.tasks.classify.ood import DISTANCE_SCORES, fit_score
 
-    if config.ood_score not in DISTANCE_SCORES:
+    compare = auto and out_of_scope is not None and len(out_of_scope) > 0
+    kinds = DISTANCE_SCORES if compare else tuple(kind for kind in DISTANCE_SCORES if kind == config.ood_score)
+    if not kinds:
         return None, None
     import numpy as np
 
     vectors = classifier.with_vectors().text_vectors(train.texts, batch_size)  # (n, dim)
     index = {label: i for i, label in enumerate(classifier.labels)}
     label_ids = np.array([index[label] for label in train.labels])
-    kinds = DISTANCE_SCORES if auto and out_of_scope is not None and len(out_of_scope) else (config.ood_score,)
     fitted = {kind: fit_score(kind, vectors, label_ids, len(classifier.labels)) for kind in kinds}
-    if len(fitted) == 1:
+    if not compare:
         return fitted[config.ood_score], None
     choice = pick_score(classifier, fitted, valid, out_of_scope, batch_size)
     return fitted.get(choice["score"]), choice
