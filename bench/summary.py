@@ -85,6 +85,8 @@ RULES = (  # in the order of the summary's rows
          args=("--recipe", "--extra")),
     Rule("bench.auto_classify", "Classification with auto settings vs a tuned", "accuracy",
          {"system": "^kformer"}, {"system": "^tuned linear baseline$"}, split="dataset", args=("--minutes", "--seeds")),
+    Rule("bench.auto_rules", "Classification auto rules", "valid_accuracy", {"system": "^auto$"},
+         {"system": "^epochs x1.5$"}, split="dataset", args=("--minutes",)),
     Rule("bench.auto_classify", "Classification with auto settings", "accuracy",
          {"system": "^kformer"}, {"system": "^TF-IDF"}, split="dataset", args=("--minutes",)),
     Rule("bench.minilm", "BANKING77 MiniLM fine-tuning", "accuracy", {"system": "^kformer"}, {"system": "^TF-IDF"},
