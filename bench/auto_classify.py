@@ -22,7 +22,14 @@ import json
 import tempfile
 from pathlib import Path
 
-from bench.baselines import kformer_run, limited_copy, linear_baseline, load, tuned_linear_baseline, wide_columns
+from bench.baselines import (
+    kformer_run,
+    limited_copy,
+    linear_baseline,
+    load,
+    tuned_linear_baseline,
+    wide_columns,
+)
 from bench.harness import record_or_print, require_shared_data
 
 # name -> (folder, train, valid or None, test, (baseline name, analyzer, n-grams, model))

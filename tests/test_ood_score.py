@@ -116,9 +116,9 @@ def test_auto_takes_the_score_validation_separates_best(tmp_path):
     """With out-of-scope validation texts, auto fits every score and keeps the one of highest
     validation AUROC; metrics.json's auto entry and the folder say which, and the AUROCs it
     compared are those of the scores themselves."""
+    from kformer.data.readers import read_labelled
     from kformer.tasks.classify import load
     from kformer.tasks.classify.calibration import auroc
-    from kformer.data.readers import read_labelled
 
     train = write_csv(tmp_path / "train.csv", _rows(30, 1, INTENTS.items()))
     valid = write_csv(tmp_path / "valid.csv", _rows(10, 2, INTENTS.items()) + _rows(8, 3, [HELD_OUT]))
