@@ -103,8 +103,9 @@ def main() -> None:
     texts, labels = load(folder / "train.csv")
     order = np.random.default_rng(0).permutation(len(texts))
     rows = [(texts[i], labels[i]) for i in order]
-    valid, train = rows[:VALID_TEXTS], rows[VALID_TEXTS:VALID_TEXTS + args.texts]
-    classes = sorted(set(labels))
+    train = rows[VALID_TEXTS:VALID_TEXTS + args.texts]
+    classes = sorted({label for _, label in train})
+    valid = [row for row in rows[:VALID_TEXTS] if row[1] in set(classes)]  # labels the training texts have
     scratch = Path(tempfile.mkdtemp(prefix="kformer-step-data-"))
     train_csv, valid_csv = _write_csv(scratch / "train.csv", train), _write_csv(scratch / "valid.csv", valid)
     steps = -(-len(train) // BATCH)
