@@ -100,14 +100,18 @@ def test_bad_values_are_one_line_errors(capsys):
     assert "--ood-score" in err and "nonsense" in err and len(err.splitlines()) == 1
 
 
-def test_auto_picks_mahalanobis_when_the_unknown_route_is_calibrated():
+def test_auto_falls_back_on_the_benchmarks_best_score_without_out_of_scope_texts():
     from kformer.tasks.classify import ClassifyConfig
     from kformer.tasks.classify.auto import RULES, data_stats
 
     texts, labels = zip(*_rows(5, 0, INTENTS.items()), strict=True)
     stats = data_stats(list(texts), list(labels))
-    calibrated, chosen = RULES.resolve(ClassifyConfig(calibrate=True), stats)
-    assert calibrated.ood_score == "mahalanobis" and "bench/ood.py" in chosen.to_json()["ood_score"]["why"]
+    scratch, chosen = RULES.resolve(ClassifyConfig(calibrate=True), stats)
+    assert scratch.ood_score == "probability" and "bench/ood.py" in chosen.to_json()["ood_score"]["why"]
+    fine_tuned = RULES.resolve(ClassifyConfig(calibrate=True, backbone="minilm"), stats)[0]
+    assert fine_tuned.ood_score == "mahalanobis"
+    frozen = RULES.resolve(ClassifyConfig(calibrate=True, backbone="minilm", freeze=True), stats)[0]
+    assert frozen.ood_score == "probability"
     assert RULES.resolve(ClassifyConfig(), stats)[0].ood_score == "probability"
     assert "validation AUROC" in RULES.summary("ood_score")
 

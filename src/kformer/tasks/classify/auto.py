@@ -328,14 +328,21 @@ def _wide(config: ClassifyConfig, stats: DataStats) -> tuple[bool, str]:
 
 
 @RULES.rule("ood_score", summary="with calibrate: the score (probability, mahalanobis or knn) with the highest "
-            "validation AUROC when the validation set has out-of-scope texts (labels training lacks), else "
-            "mahalanobis; without calibrate: probability")
+            "validation AUROC when the validation set has out-of-scope texts (labels training lacks); without them "
+            "mahalanobis for a fine-tuned pretrained backbone, else probability; without calibrate: probability")
 def _ood_score(config: ClassifyConfig, stats: DataStats) -> tuple[str, str]:
-    if config.calibrate:  # the training run replaces this by validation's pick when it has out-of-scope texts
-        return "mahalanobis", ("calibrate without out-of-scope validation texts: the distance of the pooled text "
-                               "vector to the nearest training class mean (the best validation AUROC on kformer's "
-                               "held-out-intent benchmarks, bench/ood.py)")
-    return "probability", "no calibrate: without a calibrated threshold the unknown route reads the best probability"
+    # The fallbacks are what had the best validation AUROC on bench/ood.py's held-out intents (BENCHMARKS.md,
+    # "Out-of-scope routing"): the distance of a fine-tuned MiniLM's vectors, the probability of kformer's own
+    # encoder and of a frozen backbone (whose raw sentence vectors separate close intents worst).
+    if not config.calibrate:
+        return "probability", "no calibrate: without a calibrated threshold the unknown route reads the best probability"
+    if not config.scratch and not config.freeze:  # the training run replaces it by validation's pick when it can
+        return "mahalanobis", (f"calibrate, backbone {config.backbone} fine-tuned: the distance of the pooled text "
+                               "vector to the nearest training class mean (the best validation AUROC for a fine-tuned "
+                               "MiniLM in bench/ood.py)")
+    return "probability", ("calibrate, " + ("freeze" if config.freeze else "backbone scratch") + ": the best class "
+                           "probability (the best validation AUROC for kformer's own encoder and a frozen backbone in "
+                           "bench/ood.py)")
 
 
 # --- the time estimate behind epochs -------------------------------------------------------------------
