@@ -54,7 +54,7 @@ HISTORY_HEAD = (
 )
 
 # Metrics that are fractions, shown as percentages in the summary
-PERCENT = {"accuracy", "macro_f1", "exact_match", "char_accuracy", "in_scope_accuracy", "out_of_scope_recall",
+PERCENT = {"accuracy", "valid_accuracy", "macro_f1", "exact_match", "char_accuracy", "in_scope_accuracy", "out_of_scope_recall",
            "30"}  # bench.arithmetic_long: exact match at 30 digits per operand
 
 
