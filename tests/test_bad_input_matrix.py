@@ -479,13 +479,13 @@ def test_predict_and_evaluate_stream_a_file_in_chunks(capsys, tmp_path, models, 
     whole = model.predict([t for t, _ in rows])
     expected_scores = model.evaluate(([t for t, _ in rows], [lab for _, lab in rows]))
     held: list[int] = []
-    real_probabilities = classify.Classifier.probabilities
+    real_scored = classify.Classifier.scored  # one pass of the network (predict, and evaluate's probabilities)
 
     def counting(self, texts, batch_size=64):
         held.append(len(texts))
-        return real_probabilities(self, texts, batch_size=batch_size)
+        return real_scored(self, texts, batch_size=batch_size)
 
-    monkeypatch.setattr(classify.Classifier, "probabilities", counting)
+    monkeypatch.setattr(classify.Classifier, "scored", counting)
     monkeypatch.setattr(classify_cli, "PREDICT_CHUNK", 10)
     code, out, _ = cli(capsys, "predict", models["tickets"], "--data", data)
     assert code == 0 and held == [10, 10, 10, 10]  # never more than a chunk of rows at once
