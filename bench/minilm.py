@@ -150,12 +150,14 @@ def _sample_csv(path: Path, rows: int | None, seed: int = 0) -> Path:
                       [(texts[i], labels[i]) for i in picked])
 
 
-def _train(train_path: Path, test_path: Path, recipe: str, minutes: float) -> list[dict]:
-    """The linear baseline and kformer's MiniLM fine-tuning (``recipe``, at most ``minutes``)."""
+def _train(train_path: Path, test_path: Path, recipe: str, minutes: float, wide: bool = True) -> list[dict]:
+    """The linear baseline and kformer's MiniLM fine-tuning (``recipe``, at most ``minutes``;
+    ``wide=False``: the network alone, the recipe's n-gram part off)."""
     rows = [linear_baseline("TF-IDF char 2-5 grams + linear SVM", load(train_path), load(test_path), "char_wb", (2, 5),
                             "svm")]
-    rows.append(kformer_run(f"kformer `{recipe}` recipe", train_path, test_path, recipe,
-                            {"max_minutes": minutes}, throughput_texts=3080))
+    rows.append(kformer_run(f"kformer `{recipe}` recipe" + ("" if wide else ", network alone (--no-wide)"), train_path,
+                            test_path, recipe, {"max_minutes": minutes, **({} if wide else {"wide": False})},
+                            throughput_texts=3080))
     return rows
 
 
@@ -210,6 +212,7 @@ def main() -> None:
     parser.add_argument("--folder", type=Path, default=None,
                         help="also score a trained BANKING77 classifier folder (e.g. a banking77-minilm run) on every "
                         "runtime (keras, onnx, onnx-int8): test accuracy and texts/s")
+    parser.add_argument("--no-wide", action="store_true", help="train the network alone (the recipe's wide part off)")
     parser.add_argument("--no-record", action="store_true", help="print the tables; do not append to BENCHMARKS.md")
     args = parser.parse_args()
     frozen = [name.strip() for name in args.freeze.split(",") if name.strip()]
@@ -240,7 +243,7 @@ def main() -> None:
         record_or_print("MiniLM --freeze per dataset (issue 9)", rows, notes, record=not args.no_record)
     if not args.skip_train:
         rows = _train(_sample_csv(folder / "train.csv", args.train_rows),
-                      _sample_csv(folder / "test.csv", args.test_rows), args.recipe, args.minutes)
+                      _sample_csv(folder / "test.csv", args.test_rows), args.recipe, args.minutes, not args.no_wide)
         notes = (f"Training bounded by {args.minutes:g} minutes (train_s: model.fit's wall clock, validation and "
                  "checkpoints included); accuracy on the official test texts"
                  + ("" if args.train_rows is None and args.test_rows is None else " (SUBSAMPLED: a smoke run)")

@@ -90,7 +90,7 @@ RULES = (  # in the order of the summary's rows
     Rule("bench.auto_classify", "Classification with auto settings", "accuracy",
          {"system": "^kformer"}, {"system": "^TF-IDF"}, split="dataset", args=("--minutes",)),
     Rule("bench.minilm", "BANKING77 MiniLM fine-tuning", "accuracy", {"system": "^kformer"}, {"system": "^TF-IDF"},
-         args=("--recipe",)),
+         args=("--recipe", "--no-wide")),
     Rule("bench.minilm", "MiniLM --freeze per dataset", "accuracy", {"system": "kformer"}, {"system": "TF-IDF"},
          split="dataset", args=("--train-rows", "--test-rows")),
     Rule("bench.minilm", "BANKING77 out-of-scope routing", "out_of_scope_recall",
