@@ -5,6 +5,7 @@ fine-tuning run behind the >= 94 % target.
     python -m bench.minilm --skip-train                                        # speed only (a few minutes)
     python -m bench.minilm --skip-train --skip-speed --folder runs/banking77   # a trained folder on each runtime
     python -m bench.minilm --skip-train --freeze banking77,hwu64,tickets       # speed + frozen-backbone runs
+    python -m bench.minilm --skip-speed --no-wide --seeds 3                    # network alone, 3 seeds (~45 min)
     python -m bench.minilm --texts 128 --train-rows 400 --test-rows 200 --minutes 0.5 --no-record   # smoke run
 
 Speed (issue 9, target >= 500 texts/s): the official test texts, the same sequence length
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -150,14 +152,25 @@ def _sample_csv(path: Path, rows: int | None, seed: int = 0) -> Path:
                       [(texts[i], labels[i]) for i in picked])
 
 
-def _train(train_path: Path, test_path: Path, recipe: str, minutes: float, wide: bool = True) -> list[dict]:
+def _train(train_path: Path, test_path: Path, recipe: str, minutes: float, wide: bool = True,
+           seeds: int = 1) -> list[dict]:
     """The linear baseline and kformer's MiniLM fine-tuning (``recipe``, at most ``minutes``;
-    ``wide=False``: the network alone, the recipe's n-gram part off)."""
+    ``wide=False``: the network alone, the recipe's n-gram part off), once per seed 0..seeds-1;
+    with several seeds a last row gives the mean and standard deviation of kformer's runs."""
     rows = [linear_baseline("TF-IDF char 2-5 grams + linear SVM", load(train_path), load(test_path), "char_wb", (2, 5),
                             "svm")]
-    rows.append(kformer_run(f"kformer `{recipe}` recipe" + ("" if wide else ", network alone (--no-wide)"), train_path,
-                            test_path, recipe, {"max_minutes": minutes, **({} if wide else {"wide": False})},
-                            throughput_texts=3080))
+    name = f"kformer `{recipe}` recipe" + ("" if wide else ", network alone (--no-wide)")
+    runs = [{**kformer_run(f"{name}, seed {seed}", train_path, test_path, recipe,
+                           {"max_minutes": minutes, "seed": seed, **({} if wide else {"wide": False})},
+                           throughput_texts=3080), "seed": seed} for seed in range(seeds)]
+    rows += runs
+    if seeds > 1:
+        accuracies = [run["accuracy"] for run in runs]
+        rows.append({"system": f"{name}, mean of seeds 0-{seeds - 1}", "accuracy": statistics.mean(accuracies),
+                     "accuracy_sd": statistics.stdev(accuracies),
+                     "macro_f1": statistics.mean(run["macro_f1"] for run in runs),
+                     "train_s": statistics.mean(run["train_s"] for run in runs),
+                     "run_wall_s": max(run["run_wall_s"] for run in runs)})
     return rows
 
 
@@ -213,6 +226,8 @@ def main() -> None:
                         help="also score a trained BANKING77 classifier folder (e.g. a banking77-minilm run) on every "
                         "runtime (keras, onnx, onnx-int8): test accuracy and texts/s")
     parser.add_argument("--no-wide", action="store_true", help="train the network alone (the recipe's wide part off)")
+    parser.add_argument("--seeds", type=int, default=1,
+                        help="training runs with seeds 0..N-1 (default 1); with several, a mean ± sd row")
     parser.add_argument("--no-record", action="store_true", help="print the tables; do not append to BENCHMARKS.md")
     args = parser.parse_args()
     frozen = [name.strip() for name in args.freeze.split(",") if name.strip()]
@@ -243,7 +258,8 @@ def main() -> None:
         record_or_print("MiniLM --freeze per dataset (issue 9)", rows, notes, record=not args.no_record)
     if not args.skip_train:
         rows = _train(_sample_csv(folder / "train.csv", args.train_rows),
-                      _sample_csv(folder / "test.csv", args.test_rows), args.recipe, args.minutes, not args.no_wide)
+                      _sample_csv(folder / "test.csv", args.test_rows), args.recipe, args.minutes, not args.no_wide,
+                      args.seeds)
         notes = (f"Training bounded by {args.minutes:g} minutes (train_s: model.fit's wall clock, validation and "
                  "checkpoints included); accuracy on the official test texts"
                  + ("" if args.train_rows is None and args.test_rows is None else " (SUBSAMPLED: a smoke run)")
