@@ -10,7 +10,14 @@ val.csv). No test file is read: the rules are checked where they were chosen.
 
 * ``epochs x1.5``: half as many epochs again as the ``epochs`` rule planned (the rule caps the
   optimizer steps and the texts seen; the claim is that more overfits or is not worth its time);
-* ``learning_rate /2``: half the scratch rate.
+* ``learning_rate /2``: half the scratch rate;
+* ``max_length x2``: twice the 95th-percentile width (the claim: longer rows cost time, add little);
+* ``vocab_size x2``: twice the words kept (words seen once included, up to that many);
+* ``dim x2``, ``dim /2``: a wider or narrower network (heads and ff_dim follow their own rules);
+* ``blocks +1``: one more encoder block;
+* ``batch_size x2``: twice the batch (the epochs rule then plans from the new step count);
+* ``label_smoothing 0``: hard targets (the rule smooths from 10 classes);
+* ``dropout /2``, ``dropout x1.5``: less or more dropout than the rows-per-class rule chose.
 
 The ``wide`` rule is checked by every run's own numbers: ``valid_transformer_alone`` beside the
 whole model's validation accuracy (bench/auto_classify.py reports the same per seed).
@@ -33,6 +40,15 @@ from bench.harness import record_or_print, require_shared_data
 ALTERNATIVES = {  # name: what it changes, given auto's own choices
     "epochs x1.5": lambda auto: {"epochs": round(1.5 * auto["epochs"]["value"])},
     "learning_rate /2": lambda auto: {"learning_rate": auto["learning_rate"]["value"] / 2},
+    "max_length x2": lambda auto: {"max_length": 2 * auto["max_length"]["value"]},
+    "vocab_size x2": lambda auto: {"vocab_size": 2 * auto["vocab_size"]["value"]},
+    "dim x2": lambda auto: {"dim": 2 * auto["dim"]["value"]},
+    "dim /2": lambda auto: {"dim": auto["dim"]["value"] // 2},
+    "blocks +1": lambda auto: {"blocks": auto["blocks"]["value"] + 1},
+    "batch_size x2": lambda auto: {"batch_size": 2 * auto["batch_size"]["value"]},
+    "label_smoothing 0": lambda auto: {"label_smoothing": 0.0},
+    "dropout /2": lambda auto: {"dropout": auto["dropout"]["value"] / 2},
+    "dropout x1.5": lambda auto: {"dropout": round(1.5 * auto["dropout"]["value"], 3)},
 }
 
 
@@ -52,6 +68,8 @@ def _row(name: str, system: str, metrics: dict) -> dict:
             "valid_transformer_alone": parts.get("transformer", metrics["valid"]["accuracy"]),
             "epochs": metrics["recipe"]["epochs"], "best_epoch": metrics["best_epoch"],
             "learning_rate": metrics["recipe"]["learning_rate"], "wide": metrics["recipe"]["wide"],
+            "settings": ", ".join(f"{k}={metrics['recipe'][k]}" for k in ("max_length", "vocab_size", "dim", "blocks",
+                                                                         "batch_size", "label_smoothing", "dropout")),
             "train_s": metrics["train_seconds"]}
 
 
