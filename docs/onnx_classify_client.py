@@ -5,7 +5,8 @@ library), no kformer: it tokenises as ``metadata.json["tokenizer"]`` says.
 
 EXPORT_DIR is what ``kformer export MODEL_DIR --format onnx --out EXPORT_DIR`` wrote for a
 classifier: ``model.onnx`` (``token_ids`` -- and ``texts`` when the model mixes in its wide n-gram
-part, which runs inside the graph -- to ``probabilities`` and ``labels``), ``vocab.txt``,
+part, which runs inside the graph -- to ``probabilities``, ``labels`` and ``ood_score``, the
+score the calibrated threshold applies to), ``vocab.txt``,
 ``labels.txt`` and ``metadata.json``. ONNX has no operator for the Unicode normalisation and the
 word splitting kformer's tokenizers do, so they are here: kformer's word tokenizer (``kind``
 ``word``) and KerasHub's WordPiece (``wordpiece``; ``bert`` adds ``[CLS]``/``[SEP]``). The answers
@@ -123,19 +124,22 @@ class OnnxClassifier:
 
     # --- the model ---
 
-    def probabilities(self, texts: list[str]) -> np.ndarray:
+    def scored(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Class probabilities (texts, classes) and in-scope scores (texts,): the best probability,
+        or minus a distance of the text's vector (``metadata.json["ood"]`` says which)."""
         feed = {"token_ids": self.token_ids(texts)}
         if self.meta.get("wide"):  # the wide n-gram part reads the texts, cut to its length, in the graph
             feed["texts"] = np.array([text[: self.meta["wide"]["max_chars"]] for text in texts], dtype=object)
-        return self.session.run(["probabilities"], feed)[0]
+        probabilities, scores = self.session.run(["probabilities", "ood_score"], feed)
+        return probabilities, scores
 
     def predict(self, texts: list[str], top_k: int = 1) -> list[dict]:
-        """Label, probability, unknown (below the calibrated threshold) and the top_k labels."""
+        """Label, probability, unknown (ood_score below the calibrated threshold) and the top_k labels."""
         labels, threshold = self.meta["labels"], self.meta.get("threshold")
         results = []
-        for row in self.probabilities(texts):
+        for row, score in zip(*self.scored(texts)):
             order = np.argsort(-row, kind="stable")[:top_k]
-            unknown = threshold is not None and float(row[order[0]]) < threshold
+            unknown = threshold is not None and float(score) < threshold
             results.append({"label": self.meta["unknown_label"] if unknown else labels[order[0]],
                             "probability": round(float(row[order[0]]), 6), "unknown": unknown,
                             "top_k": [{"label": labels[j], "probability": round(float(row[j]), 6)} for j in order]})

@@ -1,6 +1,7 @@
 """What every classifier export must do, checked on a folder the calling test trained: both formats
-give ``kformer predict``'s labels and probabilities (within 1e-4) on the test's texts, with the
-labels, the threshold and how to tokenise in the metadata; the reference ONNX client
+give ``kformer predict``'s labels, probabilities (within 1e-4) and in-scope scores (``ood_score``:
+the best probability or minus a distance, within 1e-4 relative) on the test's texts, with the
+labels, the threshold, the score and how to tokenise in the metadata; the reference ONNX client
 (docs/onnx_classify_client.py) tokenises to kformer's ids and answers as ``predict``."""
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ def check_classifier_exports(folder: Path, texts: list[str], out: Path) -> dict[
     from kformer.tasks.classify.wide import MAX_CHARS
 
     classifier = load(folder)
-    expected = classifier.probabilities(texts)
-    labels = [p["label"] for p in classifier.predict(texts, threshold=0.0)]  # the most likely, no unknown route
+    expected, expected_scores = classifier.scored(texts)
+    labels = [classifier.labels[i] for i in expected.argmax(axis=1)]  # the most likely, no unknown route
     ids = classifier.features(texts)
     wide = classifier.wide is not None and classifier.wide.weight > 0
     metadata = {}
@@ -50,23 +51,32 @@ def check_classifier_exports(folder: Path, texts: list[str], out: Path) -> dict[
     assert len(answers) == 2 or classifier.kind == "encoder"  # only a word-pair vocabulary lacks an in-graph tokenizer
     for answer in answers:
         np.testing.assert_allclose(answer["probabilities"].numpy(), expected, atol=ATOL)
+        np.testing.assert_allclose(answer["ood_score"].numpy(), expected_scores, rtol=ATOL, atol=ATOL)
         assert [label.decode() for label in answer["labels"].numpy()] == labels
 
     export(folder, out / "onnx", "onnx")
     session = ort.InferenceSession(str(out / "onnx" / "model.onnx"))
     feed = {"token_ids": ids, **({"texts": np.array([t[:MAX_CHARS] for t in texts], dtype=object)} if wide else {})}
     assert {i.name for i in session.get_inputs()} == set(feed)
-    probabilities, onnx_labels = session.run(["probabilities", "labels"], feed)
+    probabilities, onnx_labels, scores = session.run(["probabilities", "labels", "ood_score"], feed)
     np.testing.assert_allclose(probabilities, expected, atol=ATOL)
+    np.testing.assert_allclose(scores, expected_scores, rtol=ATOL, atol=ATOL)
     assert list(onnx_labels) == labels
 
     client = docs_module("onnx_classify_client").OnnxClassifier(out / "onnx")
     np.testing.assert_array_equal(client.token_ids(texts), ids)
     served = [load(out / kind) for kind in ("saved_model", "onnx")]  # what `kformer serve` does with an export
     predicted = classifier.predict(texts, top_k=2)
+    # a calibrated threshold is some validation text's score: that text, or a copy, may fall either side of it
+    # in float32; every other row must be routed as the folder routes it
+    clear = (np.ones(len(texts), dtype=bool) if classifier.threshold is None else
+             ~np.isclose(expected_scores, classifier.threshold, rtol=ATOL, atol=ATOL))
+
+    def routes(answers):
+        return [(a["label"], a["unknown"], [t["label"] for t in a["top_k"]]) for a in np.array(answers)[clear]]
+
     for answers in (client.predict(texts, top_k=2), *(model.predict(texts, top_k=2) for model in served)):
-        assert [(a["label"], a["unknown"], [t["label"] for t in a["top_k"]]) for a in answers] == [
-            (p["label"], p["unknown"], [t["label"] for t in p["top_k"]]) for p in predicted]
+        assert routes(answers) == routes(predicted)
         np.testing.assert_allclose([a["probability"] for a in answers], expected.max(axis=1), atol=ATOL)
 
     for kind in ("saved_model", "onnx"):
@@ -74,4 +84,5 @@ def check_classifier_exports(folder: Path, texts: list[str], out: Path) -> dict[
         assert metadata[kind]["labels"] == classifier.labels and metadata[kind]["threshold"] == classifier.threshold
         assert metadata[kind]["tokenizer"]["max_length"] == classifier.max_length
         assert (metadata[kind]["wide"] is not None) == wide
+        assert metadata[kind]["ood"]["score"] == classifier.ood_kind and metadata[kind]["ood"]["output"] == "ood_score"
     return metadata

@@ -1,7 +1,7 @@
 """--ood-score: the unknown route thresholds a distance of the pooled text vector (Mahalanobis to the
 nearest training class mean, or the k-th nearest training vector), fitted after training, kept in
-the folder without pickle, calibrated like the probability and used by predict, the CLI and the
-service; exports refuse it (they would route by the probability)."""
+the folder without pickle, calibrated like the probability and used by predict, the CLI, the
+service, the onnx runtimes and both export formats (the score computed in the graph)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from conftest import write_csv
 
 from kformer.cli import main
-from kformer.errors import BadInput, Unsupported
+from kformer.errors import BadInput
 from kformer.tasks.classify.calibration import choose_threshold
 from kformer.tasks.classify.ood import (
     OodScore,
@@ -202,8 +202,6 @@ def test_folder_keeps_the_statistics_without_pickle_and_reloads_identically(ood_
     np.testing.assert_array_equal(scores, second.scored(texts)[1])
     direct = -mahalanobis_distances(first.text_vectors(texts), means, precision).min(axis=1)
     np.testing.assert_allclose(scores, direct, rtol=1e-9)
-    with pytest.raises(Unsupported, match="keras"):
-        load(ood_folder, runtime="onnx")  # would route by another score: refused, not silently different
     with pytest.raises(BadInput, match="threshold"):
         first.predict(texts[:1], threshold=float("nan"))
 
@@ -239,16 +237,53 @@ def test_the_service_routes_by_the_same_score(ood_folder):
     assert [p["ood_score"] for p in answer["predictions"]] == [a["ood_score"] for a in load(ood_folder).predict(texts)]
 
 
-def test_export_is_refused_in_one_line(ood_folder, tmp_path, capsys):
-    from kformer.export import export
+def test_exports_and_onnx_runtimes_route_by_the_same_distance(ood_folder, tmp_path):
+    import shutil
 
-    with pytest.raises(Unsupported, match="distance"):
-        export(ood_folder, tmp_path / "export", "saved_model")
-    capsys.readouterr()
-    assert main(["export", str(ood_folder), "--out", str(tmp_path / "onnx"), "--format", "onnx"]) != 0
-    err = capsys.readouterr().err.strip()
-    assert "mahalanobis distance" in err and len(err.splitlines()) == 1
-    assert not (tmp_path / "onnx").exists()
+    from export_helpers import check_classifier_exports
+
+    from kformer import load
+
+    in_scope, held_out = _texts()
+    texts = [t for t, _ in in_scope] + held_out
+    metadata = check_classifier_exports(ood_folder, texts, tmp_path)  # ood_score to 1e-4, unknown routes equal
+    assert metadata["onnx"]["ood"]["score"] == "mahalanobis" and "Mahalanobis" in metadata["onnx"]["ood"]["units"]
+    assert [a["label"] for a in load(tmp_path / "onnx").predict(held_out)] == ["unknown"] * len(held_out)
+
+    copy = tmp_path / "folder"  # the runtimes keep their conversion in the folder
+    shutil.copytree(ood_folder, copy)
+    expected = load(copy).predict(texts)
+    for runtime in ("onnx", "onnx-int8"):
+        answers = load(copy, runtime=runtime).predict(texts)
+        assert [a["label"] for a in answers] == [a["label"] for a in expected]
+        tolerance = 1e-4 if runtime == "onnx" else 0.05
+        np.testing.assert_allclose([a["ood_score"] for a in answers], [a["ood_score"] for a in expected],
+                                   rtol=tolerance, atol=tolerance)
+
+
+def test_knn_exports_compute_the_kth_neighbour_distance(ood_folder, tmp_path):
+    """The same network with a knn score in place of its Mahalanobis statistics: both formats give
+    the folder's scores (TopK in ONNX)."""
+    import shutil
+
+    from export_helpers import check_classifier_exports
+
+    from kformer.tasks.classify import load
+
+    folder = tmp_path / "knn"
+    shutil.copytree(ood_folder, folder)
+    classifier = load(folder)
+    in_scope, held_out = _texts()
+    train = [t for t, _ in _rows(40, 1, INTENTS.items())]
+    vectors = classifier.text_vectors(train)
+    knn = fit_score("knn", vectors, np.zeros(len(train), dtype=int), 1, k=3)
+    knn.save(folder)
+    manifest = json.loads((folder / "kformer.json").read_text(encoding="utf-8"))
+    manifest.update(ood=knn.manifest(), threshold=float(np.median(knn(vectors))))  # routes some texts
+    (folder / "kformer.json").write_text(json.dumps(manifest), encoding="utf-8")
+    assert load(folder).ood_kind == "knn"
+    metadata = check_classifier_exports(folder, [t for t, _ in in_scope] + held_out, tmp_path / "exports")
+    assert metadata["saved_model"]["ood"]["score"] == "knn"
 
 
 def test_an_ood_score_of_unknown_kind_is_a_corrupt_folder(tmp_path):

@@ -321,7 +321,8 @@ def test_frozen_backbone_trains_only_the_head_on_cached_vectors(tmp_path):
 @pytest.mark.slow
 def test_freeze_token_embedding_trains_all_but_the_pretrained_token_table(tmp_path):
     """A pretrained folder (a tiny KerasHub preset) fine-tuned with ``freeze_token_embedding``: the
-    saved token table is the folder's, the encoder's weights moved; a scratch backbone is refused."""
+    saved token table is the folder's, the encoder's weights moved; its exports and onnx runtime
+    give the folder's Mahalanobis scores; a scratch backbone is refused."""
     from export_helpers import check_classifier_exports
 
     from kformer.errors import BadInput
@@ -331,7 +332,7 @@ def test_freeze_token_embedding_trains_all_but_the_pretrained_token_table(tmp_pa
     rows = [("my card has not arrived " + str(i % 9), "card") for i in range(40)]
     rows += [("refund please " + str(i % 9), "refund") for i in range(40)]
     settings = {"backbone": str(folder), "freeze_token_embedding": True, "max_length": 16, "epochs": 2,
-                "batch_size": 16, "learning_rate": 1e-2}
+                "batch_size": 16, "learning_rate": 1e-2, "calibrate": True, "ood_score": "mahalanobis"}
     classify.train(settings, ([t for t, _ in rows], [lb for _, lb in rows]), tmp_path / "out")
     trained = classify.load(tmp_path / "out").model.backbone
     np.testing.assert_array_equal(trained.token_embedding.get_weights()[0], pretrained.token_embedding.get_weights()[0])
@@ -339,6 +340,9 @@ def test_freeze_token_embedding_trains_all_but_the_pretrained_token_table(tmp_pa
                                                   pretrained.transformer_layers[0].get_weights(), strict=True)]
     assert max(moved) > 1e-3
     texts = [t for t, _ in rows[::8]] + ["", "Card 12 has NOT arrived?"]
-    check_classifier_exports(tmp_path / "out", texts, tmp_path / "exports")  # a fine-tuned BERT exports
+    # a fine-tuned BERT exports, its Mahalanobis score computed in the graph
+    assert check_classifier_exports(tmp_path / "out", texts, tmp_path / "exports")["onnx"]["ood"]["score"] == "mahalanobis"
+    keras_scores = classify.load(tmp_path / "out").scored(texts)[1]
+    np.testing.assert_allclose(classify.load(tmp_path / "out", runtime="onnx").scored(texts)[1], keras_scores, rtol=1e-4)
     with pytest.raises(BadInput, match="pretrained BERT backbone"):
         classify.ClassifyConfig(backbone="bert-scratch", freeze_token_embedding=True)

@@ -1,17 +1,21 @@
 """How a classifier exports (:meth:`Classifier.export_plan`): its network, its wide n-gram part and
-their mix as graph operations (:mod:`kformer.tasks.classify.wide_graph`), its labels and threshold.
+their mix as graph operations (:mod:`kformer.tasks.classify.wide_graph`), its out-of-scope score
+(:mod:`kformer.tasks.classify.ood_graph` for a distance), its labels and threshold.
 
 * ``serving_default`` / ``model.onnx``: ``token_ids`` int32 ``(B, L)`` -- and, when the classifier
   mixes in a wide part, ``texts`` string ``(B,)`` (the same texts: the wide part reads their
-  n-grams) -- -> ``probabilities`` float32 ``(B, classes)`` (what ``kformer predict`` gives) and
-  ``labels`` string ``(B,)`` (the most likely label);
-* ``texts`` (SavedModel, when the tokenizer runs in a graph): strings ``(B,)`` -> ``probabilities``,
-  ``labels``: no tokenizing outside.
+  n-grams) -- -> ``probabilities`` float32 ``(B, classes)`` (what ``kformer predict`` gives),
+  ``labels`` string ``(B,)`` (the most likely label) and ``ood_score`` float32 ``(B,)`` (the
+  score the unknown route thresholds, as ``kformer predict``'s: the best probability, or minus a
+  distance of the pooled text vector; ``metadata.json["ood"]`` says which);
+* ``texts`` (SavedModel, when the tokenizer runs in a graph): strings ``(B,)`` -> the same
+  outputs: no tokenizing outside.
 
 ONNX has no operators for kformer's tokenizers (Unicode normalisation, WordPiece), so ONNX clients
 tokenise the texts themselves: ``metadata.json["tokenizer"]`` says exactly how, and
 ``docs/onnx_classify_client.py`` does it. The calibrated threshold and the unknown label are in the
-metadata (a client applies them: below the threshold, the label is the unknown label).
+metadata (a client applies them: where ``ood_score`` is below the threshold, the label is the
+unknown label).
 """
 
 from __future__ import annotations
@@ -27,12 +31,18 @@ LABELS_FILE = "labels.txt"
 UNKNOWN_LABEL = "unknown"  # what predict and serve answer below the threshold (Classifier.parameters)
 
 
-def network_endpoint(classifier) -> Endpoint:
+def network_endpoint(classifier, vectors: bool = False) -> Endpoint:
     """The network alone: ``token_ids`` int32 ``(B, L)`` -> ``probabilities`` float32 ``(B,
-    classes)`` (what the ``onnx`` runtimes convert)."""
-    probs_of_ids = classifier_function(classifier)
-    return Endpoint("network", lambda ids: {"probabilities": probs_of_ids(ids)}, (_token_ids(classifier),),
-                    (_probabilities(classifier),), onnx="model")
+    classes)`` (what the ``onnx`` runtimes convert); with ``vectors``, ``outputs`` ``(B, classes +
+    dim)``: the probabilities followed by the pooled text vector."""
+    outputs_of_ids = classifier_function(classifier, vectors)
+    if not vectors:
+        return Endpoint("network", lambda ids: {"probabilities": outputs_of_ids(ids)}, (_token_ids(classifier),),
+                        (_probabilities(classifier),), onnx="model")
+    outputs = Tensor("outputs", "float32", (None, None), "class probabilities (column i is labels.txt line i), then "
+                     "the pooled text vector")
+    return Endpoint("network_vectors", lambda ids: {"outputs": outputs_of_ids(ids)}, (_token_ids(classifier),),
+                    (outputs,), onnx="model")
 
 
 def _token_ids(classifier) -> Tensor:
@@ -46,20 +56,15 @@ def _probabilities(classifier) -> Tensor:
                   "class probabilities; column i is labels.txt line i")
 
 
-LABELS = Tensor("labels", "string", (None,), "the most likely label (below the metadata's threshold a client "
-                "answers its unknown_label instead)")
+LABELS = Tensor("labels", "string", (None,), "the most likely label (where ood_score is below the metadata's "
+                "threshold a client answers its unknown_label instead)")
+OOD_SCORE = Tensor("ood_score", "float32", (None,), "the in-scope score the threshold applies to, higher = more in "
+                   "scope: the best probability or minus a distance (metadata.json \"ood\")")
 
 
 def classifier_plan(classifier) -> Plan:
     """The export :class:`~kformer.models.export_plan.Plan` of a loaded
-    :class:`~kformer.tasks.classify.Classifier`; Unsupported for one whose out-of-scope score is
-    a distance (``ood``), which an export does not compute yet."""
-    if classifier.ood is not None:  # an export would route by the probability: answers unlike the folder's
-        from kformer.errors import Unsupported
-
-        raise Unsupported(f"this classifier's unknown route thresholds a {classifier.ood.kind} distance, which exports "
-                          "do not compute yet; serve the model folder, or train with --ood-score probability to export",
-                          field="model_dir")
+    :class:`~kformer.tasks.classify.Classifier`."""
     import tensorflow as tf
 
     from kformer.tasks.classify.wide import MAX_CHARS
@@ -67,33 +72,37 @@ def classifier_plan(classifier) -> Plan:
 
     labels = list(classifier.labels)
     label_table = tf.constant(labels)
-    network = network_endpoint(classifier)
+    network, held = _scored_network(classifier)
     mix = classifier.wide if classifier.wide is not None and classifier.wide.weight > 0 else None
-    tracked: list[Any] = [classifier.model]
+    tracked: list[Any] = [classifier.model, *held]
     wide = None
     if mix is not None:
         wide = tf_wide(mix.part)
         tracked.append(wide)
 
-    def probabilities(ids, texts=None):
-        probs = network.fn(ids)["probabilities"]
+    def outputs(ids, texts=None):
+        scored = network.fn(ids)
+        probs = scored["probabilities"]
         if mix is not None:
             probs = tf_mix(probs, wide(texts), mix)
-        return {"probabilities": probs, "labels": tf.gather(label_table, tf.argmax(probs, axis=1))}
+        score = scored["ood_score"] if "ood_score" in scored else tf.reduce_max(probs, axis=1)
+        return {"probabilities": probs, "labels": tf.gather(label_table, tf.argmax(probs, axis=1)),
+                "ood_score": score}
 
     inputs = (network.inputs[0],)
     if mix is not None:
         inputs += (Tensor("texts", "string", (None,), f"the same texts, each cut to its first {MAX_CHARS} "
                           "characters (the wide n-gram part reads them)"),)
-    by_ids = Endpoint("serving_default", probabilities, inputs, (network.outputs[0], LABELS), onnx="model",
-                      onnx_via=network, onnx_finish=lambda proto: add_onnx_outputs(proto, labels, mix))
+    returned = (network.outputs[0], LABELS, OOD_SCORE)
+    by_ids = Endpoint("serving_default", outputs, inputs, returned, onnx="model", onnx_via=network,
+                      onnx_finish=lambda proto: add_onnx_outputs(proto, labels, mix, distance=classifier.ood is not None))
     endpoints = [by_ids]
     tokenize, reason = _graph_tokenizer(classifier)
     if tokenize is not None:
         tokenize(tf.constant(["build"]))  # Keras layers build on their first call; only built ones export
         tracked.append(getattr(tokenize, "resource", tokenize))  # what holds its tables
-        endpoints.append(Endpoint("texts", lambda texts: probabilities(tokenize(texts), texts),
-                                  (Tensor("texts", "string", (None,), "raw texts"),), (network.outputs[0], LABELS)))
+        endpoints.append(Endpoint("texts", lambda texts: outputs(tokenize(texts), texts),
+                                  (Tensor("texts", "string", (None,), "raw texts"),), returned))
 
     def write_files(folder: Path) -> None:
         (folder / LABELS_FILE).write_text("\n".join(labels) + "\n", encoding="utf-8")
@@ -101,7 +110,7 @@ def classifier_plan(classifier) -> Plan:
 
     info = {"labels": labels, "labels_file": LABELS_FILE, "vocabulary_files": ["vocab.txt"],
             "max_length": classifier.max_length, "kind": classifier.kind,
-            "threshold": classifier.threshold, "unknown_label": UNKNOWN_LABEL,
+            "threshold": classifier.threshold, "unknown_label": UNKNOWN_LABEL, "ood": _ood_info(classifier),
             "wide": None if mix is None else {"weight": mix.weight, "rule": mix.rule, "features": mix.part.features,
                                               "max_chars": MAX_CHARS},
             "tokenizer": tokenizer_spec(classifier),
@@ -153,18 +162,56 @@ def tokenizer_spec(classifier) -> dict[str, Any]:
             "steps": [*steps, "the first max_length piece ids, padded with pad_id; no pieces: one unknown_id"]}
 
 
-def classifier_function(classifier) -> Callable:
-    """ids ``(B, L)`` int32 -> probabilities ``(B, classes)`` float32, as a graph function."""
+def _scored_network(classifier) -> tuple[Endpoint, list[Any]]:
+    """``(endpoint, what it holds)``: ``token_ids`` -> ``probabilities`` (the network's) and, for a
+    distance score, ``ood_score`` ``(B,)`` computed from the pooled text vectors in the graph
+    (:mod:`~kformer.tasks.classify.ood_graph`, whose module the export must track)."""
+    if classifier.ood is None:
+        return network_endpoint(classifier), []
+    from kformer.tasks.classify.ood_graph import tf_ood_score
+
+    outputs_of_ids = classifier_function(classifier, vectors=True)
+    score = tf_ood_score(classifier.ood)
+    classes = len(classifier.labels)
+
+    def scored(ids):
+        outputs = outputs_of_ids(ids)
+        return {"probabilities": outputs[:, :classes], "ood_score": score(outputs[:, classes:])}
+
+    return Endpoint("network", scored, (_token_ids(classifier),), (_probabilities(classifier), OOD_SCORE),
+                    onnx="model"), [score]
+
+
+def _ood_info(classifier) -> dict[str, str]:
+    """``metadata.json["ood"]``: which score ``ood_score`` is, and its units."""
+    from kformer.tasks.classify.ood import PROBABILITY, UNITS
+
+    kind = PROBABILITY if classifier.ood is None else classifier.ood.kind
+    return {"score": kind, "units": UNITS[kind], "output": "ood_score"}
+
+
+def classifier_function(classifier, vectors: bool = False) -> Callable:
+    """ids ``(B, L)`` int32 -> probabilities ``(B, classes)`` float32, as a graph function; with
+    ``vectors``, ``(B, classes + dim)``: then the pooled text vector
+    (:func:`~kformer.models.classifier.with_text_vectors`)."""
     import keras
 
-    model = classifier.model
+    from kformer.models.classifier import with_text_vectors
+
+    model = with_text_vectors(classifier.model) if vectors else classifier.model
     if classifier.kind == "encoder":
         return lambda ids: model(ids, training=False)
     from kformer.models.pretrained import bert_inputs
 
+    classes = len(classifier.labels)
+
     def bert(ids):
         outputs = keras.Model.__call__(model, bert_inputs(ids)[0], training=False)
-        return _as_probabilities(outputs)
+        if not vectors:
+            return _as_probabilities(outputs)
+        import tensorflow as tf
+
+        return tf.concat([_as_probabilities(outputs[:, :classes]), tf.cast(outputs[:, classes:], tf.float32)], axis=1)
 
     return bert
 

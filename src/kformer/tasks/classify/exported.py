@@ -4,9 +4,10 @@
 :class:`ExportedClassifier` is a :class:`~kformer.tasks.classify.Classifier` whose probabilities
 are the export's: ``model.onnx`` on ONNX Runtime (its tokenizer rebuilt from the export's
 ``vocab.txt`` and ``metadata.json["tokenizer"]``), or the SavedModel (its ``texts`` signature
-where it has one: raw strings in). The wide n-gram part and its mix are in the exported graph; the
-calibrated threshold and the labels come from the metadata, so ``predict`` answers as the model
-folder does. No attention maps (they need the Keras network: serve the model folder).
+where it has one: raw strings in). The wide n-gram part, its mix and the out-of-scope score
+(``ood_score``: the best probability or minus a distance) are in the exported graph; the calibrated
+threshold and the labels come from the metadata, so ``predict`` answers as the model folder does.
+No attention maps (they need the Keras network: serve the model folder).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 
 from kformer.tasks.base import FromExport, TaskModel, check_texts
 from kformer.tasks.classify.model import Classifier
+from kformer.tasks.classify.ood import PROBABILITY
 
 
 class ExportedClassifier(FromExport, Classifier):
@@ -32,6 +34,8 @@ class ExportedClassifier(FromExport, Classifier):
         self.kind, self.model, self.wide, self.predictor, self.ood = metadata["kind"], None, None, None, None
         self.threshold = None if metadata.get("threshold") is None else float(metadata["threshold"])
         self.format, self.spec = metadata["format"], spec
+        # exports written before the ood_score output route by the best probability
+        self.exported_ood_kind = (metadata.get("ood") or {}).get("score", PROBABILITY)
         self.max_chars = (metadata.get("wide") or {}).get("max_chars")  # the wide part reads the texts
         vocabulary = (Path(folder) / spec["vocabulary_file"]).read_text(encoding="utf-8").splitlines()
         self.tokenizer = _tokenizer(spec, vocabulary)
@@ -52,6 +56,10 @@ class ExportedClassifier(FromExport, Classifier):
             self.signatures = tf.saved_model.load(str(Path(folder) / "1")).signatures
 
     @property
+    def ood_kind(self) -> str:
+        return self.exported_ood_kind
+
+    @property
     def max_length(self) -> int:
         return int(self.spec["max_length"])
 
@@ -69,15 +77,25 @@ class ExportedClassifier(FromExport, Classifier):
         return bert_token_ids(self.tokenizer, [clean_text(t, self.max_length * CHARS_PER_TOKEN_LIMIT) for t in texts])
 
     def probabilities(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        return self.scored(texts, batch_size)[0]
+
+    def scored(self, texts: Sequence[str], batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
         texts = check_texts(texts)
         parts = [self._batch(texts[i:i + batch_size]) for i in range(0, len(texts), batch_size)]
-        return np.concatenate(parts) if parts else np.zeros((0, len(self.labels)), dtype="float32")
+        if not parts:
+            return np.zeros((0, len(self.labels)), dtype="float32"), np.zeros(0)
+        probs = np.concatenate([part[0] for part in parts])
+        scores = [part[1] for part in parts]
+        if any(score is None for score in scores):  # an export without the ood_score output
+            return probs, probs.max(axis=1).astype("float64")
+        return probs, np.concatenate(scores).astype("float64")
 
-    def _batch(self, texts: list[str]) -> np.ndarray:
+    def _batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray | None]:
+        """``(probabilities (n, classes), ood_score (n,) or None where the export lacks it)``."""
         if self.format != "onnx" and "texts" in self.signatures:
             import tensorflow as tf
 
-            return self.signatures["texts"](texts=tf.constant(texts))["probabilities"].numpy()
+            return _scored(self.signatures["texts"](texts=tf.constant(texts)))
         from kformer.data.batching import bucket_width
 
         ids = self.features(texts)  # cut as kformer cuts a batch: to the width bucket of its longest row
@@ -85,21 +103,24 @@ class ExportedClassifier(FromExport, Classifier):
         cut = [text[: self.max_chars] for text in texts] if self.max_chars else None
         if self.format == "onnx":
             feed = {"token_ids": ids, **({"texts": np.array(cut, dtype=object)} if cut else {})}
-            return self.session.run(["probabilities"], feed)[0]
+            names = [output.name for output in self.session.get_outputs() if output.name in ("probabilities", "ood_score")]
+            return _scored(dict(zip(names, self.session.run(names, feed), strict=True)))
         import tensorflow as tf
 
         extra = {"texts": tf.constant(cut)} if cut else {}
-        return self.signatures["serving_default"](token_ids=tf.constant(ids), **extra)["probabilities"].numpy()
+        return _scored(self.signatures["serving_default"](token_ids=tf.constant(ids), **extra))
 
     def network_probabilities(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
         return self.probabilities(texts, batch_size)  # the export's graph holds the whole classifier
 
-    def scored(self, texts: Sequence[str], batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
-        probs = self.probabilities(texts, batch_size)  # exports carry the probability score only
-        return probs, probs.max(axis=1).astype("float64") if len(probs) else np.zeros(0)
-
     def warmup(self) -> None:
         self.probabilities(["warm up"])
+
+
+def _scored(outputs) -> tuple[np.ndarray, np.ndarray | None]:
+    """An export's outputs (by name; NumPy arrays or tensors) -> ``(probabilities, ood_score or None)``."""
+    score = outputs.get("ood_score")
+    return np.asarray(outputs["probabilities"]), None if score is None else np.asarray(score)
 
 
 def _tokenizer(spec: dict, vocabulary: list[str]):

@@ -44,6 +44,7 @@ from kformer.errors import BadInput, CorruptModel, Unsupported
 from kformer.folders import MODEL_FILE, TRAINING_DIR
 from kformer.tasks.base import AttentionMaps, TaskModel, check_texts, write_curves
 from kformer.tasks.classify.data import Data, as_labelled, first_rows
+from kformer.tasks.classify.ood import PROBABILITY
 from kformer.tasks.classify.runtimes import check_runtime, make_predictor
 from kformer.tasks.classify.settings import TASK
 
@@ -101,6 +102,11 @@ class Classifier(TaskModel):
         copied = copy.copy(self)
         copied.predictor = make_predictor(self, "keras", vectors=True)
         return copied
+
+    @property
+    def ood_kind(self) -> str:
+        """The score the unknown route thresholds: ``"probability"`` or a distance (:attr:`ood`)."""
+        return PROBABILITY if self.ood is None else self.ood.kind
 
     def metadata(self) -> dict[str, Any]:
         return {**super().metadata(), "labels": list(self.labels), "kind": self.kind, "runtime": self.predictor.name}
@@ -173,7 +179,7 @@ class Classifier(TaskModel):
             batch_size = min(batch_size, self.predictor.max_batch)
         ids = self.features(texts)
         lengths = (ids != 0).sum(axis=1)
-        probs = np.zeros((len(texts), self._output_width()), dtype="float32")
+        probs = np.zeros((len(texts), self.predictor.width), dtype="float32")
         if self.predictor.any_shape:
             calls = [(rows, max(int(lengths[rows].max()), 1)) for rows in length_bucketed_batches(lengths, batch_size)]
         else:
@@ -181,11 +187,6 @@ class Classifier(TaskModel):
         for rows, width in calls:
             probs[rows] = self._probabilities_of_ids(ids[rows, :width])
         return probs
-
-    def _output_width(self) -> int:
-        if not self.predictor.vectors:
-            return len(self.labels)
-        return int(self.predictor.network.outputs[0].shape[-1])
 
     def probabilities(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
         """Class probabilities ``(len(texts), len(labels))`` float32, rows in input order: the
@@ -229,7 +230,7 @@ class Classifier(TaskModel):
             unknown = threshold is not None and float(score) < threshold
             results.append({"label": unknown_label if unknown else top[0]["label"],
                             "probability": top[0]["probability"], "unknown": bool(unknown), "top_k": top,
-                            **({"ood_score": round(float(score), 6)} if self.ood is not None else {})})
+                            **({"ood_score": round(float(score), 6)} if self.ood_kind != PROBABILITY else {})})
         return results
 
     def check_values(self, parameters: dict[str, Any]) -> None:
@@ -240,7 +241,7 @@ class Classifier(TaskModel):
         if threshold is not None:
             if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not np.isfinite(threshold):
                 raise BadInput(f"{{field}} must be a number, got {threshold!r}", field="threshold")
-            if self.ood is None and not 0.0 <= threshold <= 1.0:
+            if self.ood_kind == PROBABILITY and not 0.0 <= threshold <= 1.0:
                 raise BadInput(f"{{field}} must be between 0 and 1, got {threshold!r}", field="threshold")
         if not isinstance(parameters["unknown_label"], str):
             raise BadInput(f"{{field}} must be a string, not {type(parameters['unknown_label']).__name__}",

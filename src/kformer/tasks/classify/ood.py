@@ -36,6 +36,7 @@ OOD_DIR = "ood"
 KNN_K = 10  # the k-th neighbour (Sun et al. used 1-1000 by data size; 10 suits a few thousand rows)
 CHUNK = 1024  # rows scored at a time (bounds the (rows, N) distance matrix of knn)
 UNITS = {
+    PROBABILITY: "the best class probability (0..1)",
     "mahalanobis": "minus the squared Mahalanobis distance of the pooled text vector to the nearest training class "
                    "mean (0 at a mean, more negative further away)",
     "knn": "minus the Euclidean distance of the L2-normalised pooled text vector to its k-th nearest L2-normalised "

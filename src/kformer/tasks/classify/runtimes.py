@@ -3,8 +3,9 @@
 (``kformer.load(folder, runtime="onnx")``; ``kformer serve --runtime``).
 
 A predictor turns token ids ``(batch, width)`` int32 into probabilities ``(batch, classes)``
-float32 -- on Keras, for a classifier with a distance out-of-scope score
-(:mod:`kformer.tasks.classify.ood`), followed by the pooled text vectors: ``(batch, classes + dim)``. ``"onnx"`` converts the network to ONNX (the same conversion as ``kformer export --format onnx``)
+float32 -- for a classifier with a distance out-of-scope score (:mod:`kformer.tasks.classify.ood`),
+followed by the pooled text vectors: ``(batch, classes + dim)`` (:attr:`width` columns).
+``"onnx"`` converts the network to ONNX (the same conversion as ``kformer export --format onnx``)
 once per folder version, kept in the folder's ``runtimes/`` (:func:`kformer.folders.converted`);
 attention maps still come from the Keras model. ``"onnx-int8"`` also
 quantizes the converted network's matrix weights to 8 bits (ONNX Runtime's dynamic quantization:
@@ -21,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from kformer.data.batching import BATCH_BUCKETS
-from kformer.errors import BadInput, Unsupported
+from kformer.errors import BadInput
 
 RUNTIMES = ("keras", "onnx", "onnx-int8")
 
@@ -34,16 +35,13 @@ def check_runtime(runtime: str, field: str = "runtime") -> str:
 
 def make_predictor(classifier, runtime: str = "keras", vectors: bool = False):
     """What runs ``classifier``'s network on ``runtime`` (for ONNX Runtime: converted now); with
-    ``vectors``, each row's pooled text vector follows its probabilities (Keras only)."""
+    ``vectors``, each row's pooled text vector follows its probabilities."""
     check_runtime(runtime)
     if runtime == "keras":
         return KerasPredictor(classifier.model, classifier.kind, vectors=vectors)
-    if vectors:
-        raise Unsupported(f"this classifier's out-of-scope score is a distance of its text vectors, which the {runtime} "
-                          "runtime does not compute yet; use {field} keras", field="runtime")
     from kformer.threads import thread_count
 
-    return OnnxPredictor.for_classifier(classifier, thread_count(), int8=runtime == "onnx-int8")
+    return OnnxPredictor.for_classifier(classifier, thread_count(), int8=runtime == "onnx-int8", vectors=vectors)
 
 
 class KerasPredictor:
@@ -69,6 +67,7 @@ class KerasPredictor:
             from kformer.models.classifier import with_text_vectors
 
             self.network = with_text_vectors(model)
+        self.width = int(self.network.outputs[0].shape[-1])  # columns of a call's output
         self.costs = CallCosts(pads_rows=True)  # a call runs at a compiled batch size: rows are padded up
         # kind "bert" on TensorFlow: the network as one graph of any (batch, width), built on first
         # use (any_shape; False: none on this backend)
@@ -120,13 +119,13 @@ class KerasPredictor:
 
 class OnnxPredictor:
     """ids ``(batch, width)`` int32 -> probabilities ``(batch, classes)`` float32 with ONNX Runtime
-    (any batch size; widths as the caller's buckets)."""
+    (any batch size; widths as the caller's buckets); with ``vectors``, a network converted with
+    its pooled text vectors: ``(batch, classes + dim)``."""
 
     any_shape = False
     max_batch = None
-    vectors = False  # probabilities only
 
-    def __init__(self, onnx_model: bytes, threads: int | None = None, name: str = "onnx"):
+    def __init__(self, onnx_model: bytes, threads: int | None = None, name: str = "onnx", vectors: bool = False):
         from kformer.extras import require
         from kformer.tasks.classify.batch_plan import CallCosts
 
@@ -144,12 +143,18 @@ class OnnxPredictor:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(onnx_model, options, providers=["CPUExecutionProvider"])
         self.input = self.session.get_inputs()[0].name
+        self.vectors = vectors
+        self.width = self.session.get_outputs()[0].shape[-1]  # columns of a call's output
+        if not isinstance(self.width, int):
+            raise ValueError(f"the converted network's output has no fixed width ({self.width!r})")
 
     @classmethod
-    def for_classifier(cls, classifier, threads: int | None = None, int8: bool = False) -> OnnxPredictor:
-        """``classifier``'s network (token ids -> probabilities) as ONNX; with ``int8``, its matrix
-        weights quantized to 8 bits (:func:`quantize_int8`). Converted once per folder version and
-        kept with the folder (:func:`kformer.folders.converted`): a restart or reload reads it back."""
+    def for_classifier(cls, classifier, threads: int | None = None, int8: bool = False,
+                       vectors: bool = False) -> OnnxPredictor:
+        """``classifier``'s network (token ids -> probabilities[, pooled text vectors]) as ONNX; with
+        ``int8``, its matrix weights quantized to 8 bits (:func:`quantize_int8`). Converted once per
+        folder version and kept with the folder (:func:`kformer.folders.converted`): a restart or
+        reload reads it back."""
         from kformer.folders import converted
 
         def convert(path: Path) -> None:
@@ -157,15 +162,16 @@ class OnnxPredictor:
             from kformer.tasks.classify.export import network_endpoint
 
             require_onnx()
+            endpoint = network_endpoint(classifier, vectors)
             if not int8:
-                onnx_file(network_endpoint(classifier), path, classifier.model)
+                onnx_file(endpoint, path, classifier.model)
                 return
             with tempfile.TemporaryDirectory(prefix="kformer-onnx-") as tmp:
-                onnx_file(network_endpoint(classifier), Path(tmp) / "network.onnx", classifier.model)
+                onnx_file(endpoint, Path(tmp) / "network.onnx", classifier.model)
                 quantize_int8(Path(tmp) / "network.onnx", path)
 
-        name = "network-int8.onnx" if int8 else "network.onnx"
-        return cls(converted(classifier.folder, name, convert), threads, "onnx-int8" if int8 else "onnx")
+        name = "network" + ("-vectors" if vectors else "") + ("-int8" if int8 else "") + ".onnx"
+        return cls(converted(classifier.folder, name, convert), threads, "onnx-int8" if int8 else "onnx", vectors)
 
     def __call__(self, ids: np.ndarray) -> np.ndarray:
         return self.session.run(None, {self.input: np.asarray(ids, dtype="int32")})[0].astype("float32", copy=False)

@@ -88,8 +88,7 @@ class ClassifyConfig:
         "probability (the best class probability, 0..1), mahalanobis (minus the squared Mahalanobis distance of the "
         "text's pooled vector to the nearest training class mean, one shared covariance) or knn (minus the distance "
         "of the normalised vector to its 10th nearest normalised training vector); the statistics of the training "
-        "texts' vectors are kept in the folder's ood/; distance scores predict on the keras runtime and do not export "
-        "yet")
+        "texts' vectors are kept in the folder's ood/; every runtime and export computes the same score")
     precision: Literal["float32", "mixed_bfloat16"] = setting(
         "float32", "training", "mixed_bfloat16: compute in bfloat16 (weights and outputs stay float32); see bench/precision.py")
 

@@ -225,10 +225,11 @@ def onnx_mix(g: _Graph, deep: str, wide: str, mix: Mix) -> str:
     return g.op("Softmax", [g.op("Add", [log(deep, 1.0 - weight), log(wide, weight)])], "mixed", axis=1)
 
 
-def add_onnx_outputs(model, labels: list[str], mix: Mix | None) -> None:
-    """Turn ``model`` (a converted network: ``token_ids`` -> one probabilities output) into the
-    classifier's ``model.onnx`` in place: with ``mix``, a ``texts`` input whose wide part is mixed
-    in; outputs ``probabilities`` and ``labels`` (the most likely label of each row)."""
+def add_onnx_outputs(model, labels: list[str], mix: Mix | None, distance: bool = False) -> None:
+    """Turn ``model`` (a converted network: ``token_ids`` -> probabilities, and with ``distance``
+    a second output ``ood_score``) into the classifier's ``model.onnx`` in place: with ``mix``, a
+    ``texts`` input whose wide part is mixed in; outputs ``probabilities``, ``labels`` (the most
+    likely label of each row) and ``ood_score`` (without ``distance``: the best probability)."""
     from onnx import TensorProto, helper
 
     from kformer.models.export_plan import rename_value
@@ -245,11 +246,14 @@ def add_onnx_outputs(model, labels: list[str], mix: Mix | None) -> None:
     best = g.op("ArgMax", ["probabilities"], "best", axis=1, keepdims=0)
     g.nodes.append(helper.make_node("Gather", [g.const(np.array(labels, dtype=object), "label_names"), best],
                                     ["labels"], axis=0))
+    if not distance:
+        g.nodes.append(helper.make_node("ReduceMax", ["probabilities"], ["ood_score"], axes=[1], keepdims=0))
     graph.node.extend(g.nodes)
     graph.initializer.extend(g.initializers)
     classes = graph.output[0].type.tensor_type.shape.dim[-1].dim_value or None
     del graph.output[:]
     graph.output.extend([helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, [None, classes]),
-                         helper.make_tensor_value_info("labels", TensorProto.STRING, [None])])
+                         helper.make_tensor_value_info("labels", TensorProto.STRING, [None]),
+                         helper.make_tensor_value_info("ood_score", TensorProto.FLOAT, [None])])
     have = {item.domain for item in model.opset_import}
     model.opset_import.extend(helper.make_opsetid(d, v) for d, v in ONNX_DOMAINS.items() if d not in have)
