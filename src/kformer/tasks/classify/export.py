@@ -73,6 +73,7 @@ def classifier_plan(classifier) -> Plan:
     labels = list(classifier.labels)
     label_table = tf.constant(labels)
     network, held = _scored_network(classifier)
+    distance = OOD_SCORE in network.outputs  # the network scores a distance; else the route reads the probability
     mix = classifier.wide if classifier.wide is not None and classifier.wide.weight > 0 else None
     tracked: list[Any] = [classifier.model, *held]
     wide = None
@@ -85,7 +86,7 @@ def classifier_plan(classifier) -> Plan:
         probs = scored["probabilities"]
         if mix is not None:
             probs = tf_mix(probs, wide(texts), mix)
-        score = scored["ood_score"] if "ood_score" in scored else tf.reduce_max(probs, axis=1)
+        score = scored["ood_score"] if distance else tf.reduce_max(probs, axis=1)
         return {"probabilities": probs, "labels": tf.gather(label_table, tf.argmax(probs, axis=1)),
                 "ood_score": score}
 
@@ -95,7 +96,7 @@ def classifier_plan(classifier) -> Plan:
                           "characters (the wide n-gram part reads them)"),)
     returned = (network.outputs[0], LABELS, OOD_SCORE)
     by_ids = Endpoint("serving_default", outputs, inputs, returned, onnx="model", onnx_via=network,
-                      onnx_finish=lambda proto: add_onnx_outputs(proto, labels, mix, distance=classifier.ood is not None))
+                      onnx_finish=lambda proto: add_onnx_outputs(proto, labels, mix, distance=distance))
     endpoints = [by_ids]
     tokenize, reason = _graph_tokenizer(classifier)
     if tokenize is not None:

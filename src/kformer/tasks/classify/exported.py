@@ -50,6 +50,9 @@ class ExportedClassifier(FromExport, Classifier):
             options.intra_op_num_threads, options.inter_op_num_threads = thread_count(), 1
             self.session = ort.InferenceSession(str(Path(folder) / "model.onnx"), options,
                                                 providers=["CPUExecutionProvider"])
+            # exports written before the ood_score output lack it
+            self.onnx_outputs = [output.name for output in self.session.get_outputs()
+                                 if output.name in ("probabilities", "ood_score")]
         else:
             import tensorflow as tf
 
@@ -103,8 +106,7 @@ class ExportedClassifier(FromExport, Classifier):
         cut = [text[: self.max_chars] for text in texts] if self.max_chars else None
         if self.format == "onnx":
             feed = {"token_ids": ids, **({"texts": np.array(cut, dtype=object)} if cut else {})}
-            names = [output.name for output in self.session.get_outputs() if output.name in ("probabilities", "ood_score")]
-            return _scored(dict(zip(names, self.session.run(names, feed), strict=True)))
+            return _scored(dict(zip(self.onnx_outputs, self.session.run(self.onnx_outputs, feed), strict=True)))
         import tensorflow as tf
 
         extra = {"texts": tf.constant(cut)} if cut else {}
