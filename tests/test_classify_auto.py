@@ -106,7 +106,7 @@ def test_explicit_values_win_and_later_rules_build_on_them():
     assert (config.heads, config.ff_dim) == (2, 192) and config.patience == 3
     assert not {"dim", "batch_size", "epochs", "max_length"} & set(auto)
     assert set(auto) == {"truncation", "vocab_size", "heads", "ff_dim", "blocks", "learning_rate", "label_smoothing",
-                         "dropout", "patience", "wide", "ood_score"}
+                         "dropout", "patience", "wide", "ood_score", "refit"}
     assert all(item["why"] for item in auto.values())
 
 

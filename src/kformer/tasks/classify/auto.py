@@ -289,6 +289,11 @@ def _dropout(config: ClassifyConfig, stats: DataStats) -> tuple[float, str]:
     return DROPOUT, f"{per_class:.0f} training rows per class"
 
 
+@RULES.rule("refit", summary="off (not yet measured on validation: bench/auto_rules.py decides it)")
+def _refit(config: ClassifyConfig, stats: DataStats) -> tuple[bool, str]:
+    return False, "the network trained on the training split alone is the one validation scored"
+
+
 @RULES.rule("epochs", summary=f"about {TARGET_STEPS:,} optimizer steps and at most about {TARGET_TEXTS_SEEN:,} texts "
             f"seen, within {EPOCH_RANGE[0]}..{EPOCH_RANGE[1]} epochs; {PRETRAINED_EPOCHS} to fine-tune a pretrained "
             f"backbone; with max_minutes, no more than the epochs estimated to fit in {100 * BUDGET_SHARE:.0f} % of it "
@@ -363,8 +368,13 @@ def macs_per_token(config: ClassifyConfig, width: float) -> float:
 
 def epoch_seconds(stats: DataStats, config: ClassifyConfig, scale: float = 1.0,
                   macs_per_second: float = CPU_MACS_PER_SECOND) -> float:
-    """Estimated seconds of one epoch: training (forward and backward, 3x) and validation."""
+    """Estimated seconds of one epoch: training (forward and backward, 3x) and validation, and
+    with ``refit`` an epoch of the second run on training + validation texts."""
     width = stats.mean_length(config.max_length, scale) + 2  # length-bucketed batches pad little
-    work = (3 * stats.rows + stats.valid_rows) * width * macs_per_token(config, width)
+    rows = 3 * stats.rows + stats.valid_rows
     steps = math.ceil(stats.rows / config.batch_size)
+    if config.refit is True:  # the network trains again, on training + validation texts, for about as long
+        rows += 3 * (stats.rows + stats.valid_rows)
+        steps += math.ceil((stats.rows + stats.valid_rows) / config.batch_size)
+    work = rows * width * macs_per_token(config, width)
     return work / macs_per_second + steps * STEP_SECONDS

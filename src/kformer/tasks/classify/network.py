@@ -170,6 +170,33 @@ def fit_network(classifier, config: ClassifyConfig, splits, state_dir: Path, res
             model.preprocessor = preprocessor
 
 
+def fit_without_validation(classifier, config: ClassifyConfig, rows, epochs: int, state_dir: Path, progress):
+    """``refit``: compile and train ``classifier.model`` (freshly built) on ``rows`` (LabelledTexts:
+    the training and validation texts together) for ``epochs``, the count validation chose. The
+    rate follows the first run's schedule (warmup and decay over ``config.epochs``) and stops at
+    that epoch, so the second run repeats the chosen one on more texts; nothing is held out, so
+    nothing stops it early (``loss`` is watched only to restore the last, lowest-loss weights).
+    ``config.max_minutes`` is this run's own budget. Returns :class:`~kformer.training.FitResult`."""
+    from kformer.training import FitPlan, fit
+
+    index = {label: i for i, label in enumerate(classifier.labels)}
+    weights = sample_weights(config, classifier.labels, rows.labels)
+    train_batches = batches(classifier.kind, classifier.features(rows.texts), one_hot(rows.labels, index),
+                            config.batch_size, True, config.seed, weights)
+    steps = math.ceil(len(rows) / config.batch_size)
+    schedule = compile_network(classifier.model, config, steps, classifier.kind, xla=classifier.kind in XLA_KINDS)
+    preprocessor = getattr(classifier.model, "preprocessor", None)
+    if classifier.kind == "bert":
+        classifier.model.preprocessor = None
+    try:
+        plan = FitPlan(epochs=epochs, out_dir=state_dir, patience=None, max_minutes=config.max_minutes,
+                       monitor="loss", batch_size=config.batch_size)
+        return fit(classifier.model, train_batches, None, plan, callbacks=schedule, progress=progress)
+    finally:
+        if classifier.kind == "bert":
+            classifier.model.preprocessor = preprocessor
+
+
 def fit_frozen(classifier, config: ClassifyConfig, splits, state_dir: Path, resume: bool, progress):
     """``freeze``: the frozen backbone's mean-pooled text vectors of the training and validation
     texts, computed once (:func:`cached_vectors`), train only the head (the model's dropout and

@@ -26,7 +26,7 @@ class ClassifyConfig:
     rules: ClassVar[Rules] = RULES  # what each "auto" setting becomes
     # what a recipe that does not name these gets (:func:`kformer.config.make_config`): recipes
     # written before the wide part train as they were measured
-    RECIPE_DEFAULTS: ClassVar[dict[str, Any]] = {"wide": False}
+    RECIPE_DEFAULTS: ClassVar[dict[str, Any]] = {"wide": False, "refit": False}
 
     text_column: str = setting("text", "data", "column holding the text")
     label_column: str = setting("label", "data", "column holding the label")
@@ -76,6 +76,11 @@ class ClassifyConfig:
     label_smoothing: float | Auto = setting(AUTO, "training", "label smoothing, 0 = off")
     class_weights: bool = setting(False, "training", "weight classes inversely to their frequency")
     patience: int | Auto = setting(AUTO, "training", "epochs without validation macro-F1 improvement before stopping")
+    refit: bool | Auto = setting(
+        AUTO, "training", "once validation has chosen the settings, the best epoch and the wide part's weight, train "
+        "the network again from scratch on the training and validation texts together for that many epochs (and the "
+        "wide part, as wide_refit); metrics.json \"valid\" keeps the first network's validation scores, \"refit\" "
+        "what the second run did; its time counts in max_minutes. Not with calibrate or freeze")
     seed: int = setting(0, "training", "random seed")
     max_minutes: float | None = setting(None, "training", "stop after this many minutes, keeping the best weights "
                                         "(resumed: minutes of training in all)", metavar="M")
@@ -118,6 +123,10 @@ class ClassifyConfig:
             raise BadInput(f"setting {{field}} = {self.window} must be 0 (full attention) or a window length", field="window")
         if self.learning_rate != AUTO and self.learning_rate <= 0:
             raise BadInput(f"{{field}} must be above 0, got {self.learning_rate}", field="learning_rate")
+        if self.refit is True and (self.calibrate or self.freeze):
+            raise BadInput("{field} trains the final network on the validation texts too; " + (
+                "calibrate sets its threshold on those texts" if self.calibrate else "freeze trains only a head on "
+                "cached vectors") + ": use one or the other", field="refit")
         if self.max_minutes is not None and self.max_minutes <= 0:
             raise BadInput(f"{{field}} must be above 0, got {self.max_minutes}", field="max_minutes")
 

@@ -8,6 +8,7 @@ the public entry point.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +54,8 @@ class _Fitted:
     vocabulary: list[str] | None
     wide_part: WidePart | None = None  # fitted on the training split, not yet mixed in
     wide_seconds: float = 0.0
+    final: Classifier | None = None  # refit: the network trained again on training + validation texts
+    refit: dict[str, Any] | None = None  # metrics.json's "refit"
 
 
 @dataclass
@@ -63,6 +66,7 @@ class _Assembled:
     valid_scores: dict[str, Any]
     calibration: dict[str, Any] | None
     wide: dict[str, Any] | None  # metrics.json's "wide"
+    refit: dict[str, Any] | None = None  # metrics.json's "refit"
 
 
 class ClassifyRun(skeleton.TrainingRun):
@@ -101,6 +105,13 @@ class ClassifyRun(skeleton.TrainingRun):
         if prepared.config.freeze:
             raise Unsupported("{field} trains one small head on cached text vectors; run it without --distribute",
                               field="freeze")
+        if prepared.config.refit is True:
+            if "refit" not in prepared.auto.chosen:
+                raise Unsupported("{field} is not supported with --distribute yet; run it without one of them",
+                                  field="refit")
+            prepared.config = dataclasses.replace(prepared.config, refit=False)
+            prepared.auto.chosen["refit"] = {**prepared.auto.chosen["refit"], "value": False,
+                                             "why": "off under --distribute (not supported there yet)"}
         super().check_job(prepared, cluster)
 
     def state(self, prepared: _Prepared, state_dir: Path) -> dict[str, Any]:
@@ -109,17 +120,10 @@ class ClassifyRun(skeleton.TrainingRun):
     def fit(self, prepared: _Prepared, state_dir: Path, resume: bool, progress, cluster) -> _Fitted:
         """Build the network and fit it (the wide part first, when the run has one: ``max_minutes``
         counts it, and the network gets what is left)."""
-        from kformer.precision import precision_scope
-        from kformer.text.vocabulary import make_tokenizer
-        from kformer.training import set_seed
-
         config, labels, train, valid = prepared.config, prepared.labels, prepared.train, prepared.valid
-        set_seed(config.seed)
+        started = time.monotonic()
         vocabulary = learned_vocabulary(config, train.texts, state_dir, resume)
-        with precision_scope(config.precision):
-            model, kind = network.build_network(config, len(labels), vocabulary)
-        tokenizer = make_tokenizer(vocabulary, config.max_length, config.tokenizer, config.truncation) if kind == "encoder" else None
-        classifier = Classifier(state_dir.parent, network_manifest(config, labels, kind), model, tokenizer)
+        classifier = _new_classifier(config, labels, vocabulary, state_dir)
         fit_config, wide_part, wide_seconds = config, None, 0.0
         if config.wide is True:  # fitted on the training split, weight chosen on valid (a run resumed from before
             # the wide part has "auto" left unresolved: it stays as it began, without)
@@ -127,7 +131,11 @@ class ClassifyRun(skeleton.TrainingRun):
                                                          word_ngrams=config.wide_ngrams)
             fit_config = _budget_left(config, wide_seconds, len(train), len(valid))
         result = network.fit_network(classifier, fit_config, (train, valid), state_dir, resume, progress, cluster)
-        return _Fitted(classifier, result, vocabulary, wide_part, wide_seconds)
+        fitted = _Fitted(classifier, result, vocabulary, wide_part, wide_seconds)
+        if config.refit is True:
+            spent = time.monotonic() - started
+            fitted.final, fitted.refit = _refit_network(prepared, vocabulary, result, state_dir, progress, spent)
+        return fitted
 
     def assemble(self, prepared: _Prepared, fitted: _Fitted) -> _Assembled:
         """The wide part's weight, the validation scores and the threshold, chosen on the validation
@@ -150,13 +158,17 @@ class ClassifyRun(skeleton.TrainingRun):
             prepared.auto.chosen["ood_score"] = {**prepared.auto.chosen["ood_score"], "value": choice["score"],
                                                  "why": choice["why"]}
             calibration["auroc_of_each_score"] = choice["auroc"]
-        if chosen is not None and config.wide_refit:  # after everything validation decides (weight, scores, threshold)
+        if chosen is not None and (config.wide_refit or fitted.final is not None):  # after all validation decides
             chosen, refitted = wide_fit.refit(chosen, train, valid, class_weights=config.class_weights,
                                               word_ngrams=config.wide_ngrams)
             wide = {**wide, "refit": refitted}
         threshold = None if calibration is None else calibration["threshold"]
         classifier = mixed.with_parts(wide=chosen, threshold=threshold, ood=ood)
-        return _Assembled(classifier, fitted.result, fitted.vocabulary, valid_scores, calibration, wide)
+        if fitted.final is not None:  # the refit network, its distance score fitted on every text it learned from
+            every = LabelledTexts([*train.texts, *valid.texts], [*train.labels, *valid.labels], train.source)
+            ood, _ = fit_ood(fitted.final, config, every, batch_size, valid, None, auto=False)
+            classifier = fitted.final.with_parts(wide=chosen, threshold=None, ood=ood)
+        return _Assembled(classifier, fitted.result, fitted.vocabulary, valid_scores, calibration, wide, fitted.refit)
 
     def evaluate(self, prepared: _Prepared, assembled: _Assembled) -> dict[str, Any]:
         config, train, valid, test = prepared.config, prepared.train, prepared.valid, prepared.test
@@ -169,7 +181,7 @@ class ClassifyRun(skeleton.TrainingRun):
         return {
             "valid": _summary(assembled.valid_scores),
             "test": _summary(test_scores) if test_scores else None,
-            "train_seconds": round(result.seconds, 2),
+            "train_seconds": round(result.seconds + (assembled.refit or {}).get("seconds", 0.0), 2),
             "epochs_run": result.initial_epoch + result.epochs_run,
             "best_epoch": None if result.best_epoch is None else result.best_epoch + 1,
             "stopped_by_time_budget": result.stopped_by_budget,
@@ -179,6 +191,7 @@ class ClassifyRun(skeleton.TrainingRun):
             **({"vocabulary": vocabulary_summary(config, vocabulary)} if vocabulary else {}),
             **({"calibration": assembled.calibration} if assembled.calibration else {}),
             **({"wide": wide} if wide else {}),
+            **({"refit": assembled.refit} if assembled.refit else {}),
         }
 
     def write(self, out: Path, prepared: _Prepared, assembled: _Assembled, metrics: dict[str, Any]) -> None:
@@ -280,12 +293,46 @@ def _saved_labels(extra: dict[str, Any]) -> list[str]:
     return [str(label) for label in labels]
 
 
+def _new_classifier(config: ClassifyConfig, labels: list[str], vocabulary: list[str] | None,
+                    state_dir: Path) -> Classifier:
+    """A freshly built (seeded) network for ``labels``, wrapped as the folder's Classifier."""
+    from kformer.precision import precision_scope
+    from kformer.text.vocabulary import make_tokenizer
+    from kformer.training import set_seed
+
+    set_seed(config.seed)
+    with precision_scope(config.precision):
+        model, kind = network.build_network(config, len(labels), vocabulary)
+    tokenizer = make_tokenizer(vocabulary, config.max_length, config.tokenizer, config.truncation) if kind == "encoder" else None
+    return Classifier(state_dir.parent, network_manifest(config, labels, kind), model, tokenizer)
+
+
+def _refit_network(prepared: _Prepared, vocabulary: list[str] | None, first: FitResult, state_dir: Path, progress,
+                   spent: float) -> tuple[Classifier | None, dict[str, Any]]:
+    """``refit``: a new network of the same settings and seed trained on the training and
+    validation texts together for the epochs validation chose (the first run's best epoch), in
+    what is left of ``max_minutes`` after ``spent`` seconds. ``(None, why)`` when nothing is left."""
+    config = prepared.config
+    epochs = first.initial_epoch + first.epochs_run if first.best_epoch is None else first.best_epoch + 1
+    every = LabelledTexts([*prepared.train.texts, *prepared.valid.texts],
+                          [*prepared.train.labels, *prepared.valid.labels], prepared.train.source)
+    if config.max_minutes is not None:
+        left = config.max_minutes - spent / 60.0
+        if left < 0.05 * config.max_minutes:
+            return None, {"skipped": f"max_minutes {config.max_minutes:g} was spent by the first run", "seconds": 0.0}
+        config = dataclasses.replace(config, max_minutes=left)
+    final = _new_classifier(config, prepared.labels, vocabulary, state_dir)
+    result = network.fit_without_validation(final, config, every, epochs, state_dir / "refit", progress)
+    return final, {"epochs": epochs, "epochs_run": result.epochs_run, "rows": len(every),
+                   "seconds": round(result.seconds, 2), "stopped_by_time_budget": result.stopped_by_budget}
+
+
 def _budget_left(config: ClassifyConfig, wide_seconds: float, train_rows: int, valid_rows: int) -> ClassifyConfig:
     """``config`` with the ``max_minutes`` the network gets once the wide part's fit (and, with
     ``wide_refit``, its refit on training + validation rows, estimated from the first) is counted."""
     if config.max_minutes is None:
         return config
-    refit_share = (train_rows + valid_rows) / train_rows if config.wide_refit else 0.0  # its rows / the fit's
+    refit_share = (train_rows + valid_rows) / train_rows if config.wide_refit or config.refit is True else 0.0
     wide_minutes = wide_seconds / 60.0 * (1.0 + refit_share)
     return dataclasses.replace(config, max_minutes=max(config.max_minutes - wide_minutes, 0.1))
 
