@@ -53,6 +53,8 @@ def _epochs(auto: dict, rows: int, steps_scale: float = 1.0, texts_scale: float 
 
 def _epochs_change(steps_scale: float = 1.0, texts_scale: float = 1.0):
     def change(auto: dict, rows: int) -> dict | None:
+        if not auto:
+            raise SystemExit("this alternative needs auto's choices: rerun auto (a fresh --rows file)")
         epochs = _epochs(auto, rows, steps_scale, texts_scale)
         return None if epochs is None or epochs == auto["epochs"]["value"] else {"epochs": epochs}
     return change
@@ -99,18 +101,24 @@ def _row(name: str, seed: int, system: str, run: dict) -> dict:
             "epochs": recipe["epochs"], "best_epoch": metrics["best_epoch"],
             "settings": ", ".join(f"{k}={recipe.get(k)}" for k in ("max_length", "vocab_size", "dim", "blocks",
                                                                     "batch_size", "dropout", "refit")),
-            "train_s": metrics["train_seconds"]}
+            "train_s": metrics["train_seconds"], "auto": metrics["auto"], "inner_train_rows": metrics["splits"]["train"]}
 
 
-def check(name: str, seed: int, minutes: float, alternatives: list[str], scratch: Path) -> list[dict]:
+def check(name: str, seed: int, minutes: float, alternatives: list[str], scratch: Path,
+          recorded: dict | None = None) -> list[dict]:
+    """The rows of one dataset and seed: auto's (unless ``recorded`` holds it: that run's row), then
+    each alternative's that differs from it."""
     train, outer_valid = outer_split(name, seed)
     base = {"max_minutes": minutes, "seed": seed}
-    auto = _run(train, outer_valid, base, scratch / f"{name}-{seed}-auto")
-    rows = [_row(name, seed, "auto", auto)]
-    print(rows[-1], flush=True)
-    inner_rows = auto["metrics"]["splits"]["train"]
+    rows = []
+    if recorded is None:
+        auto = _run(train, outer_valid, base, scratch / f"{name}-{seed}-auto")
+        rows.append(_row(name, seed, "auto", auto))
+        recorded = rows[-1]
+        print(rows[-1], flush=True)
     for alternative in alternatives:
-        change = ALTERNATIVES[alternative](auto["metrics"]["auto"], inner_rows)
+        # rows recorded before they kept auto's choices serve only alternatives that need none (refit)
+        change = ALTERNATIVES[alternative](recorded.get("auto") or {}, recorded.get("inner_train_rows", 0))
         if change is None:
             continue
         run = _run(train, outer_valid, {**base, **change}, scratch / f"{name}-{seed}-{alternative}")
@@ -178,7 +186,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="kformer-rules-") as scratch:
         for name in names:
             for seed in seeds:
-                new = check(name, seed, args.minutes, alternatives, Path(scratch))
+                done = [row for row in rows if (row["dataset"], row["seed"], row["system"]) == (name, seed, "auto")]
+                new = check(name, seed, args.minutes, alternatives, Path(scratch), done[-1] if done else None)
                 _append_rows(args.rows, new)
                 rows += new
     seeds = sorted({row["seed"] for row in rows})
