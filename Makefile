@@ -58,7 +58,9 @@ bench: $(TEST_STAMP)  ## every side-by-side benchmark (long: several hours on 2 
 	$(BIN)/python -m bench.imdb
 	$(BIN)/python -m bench.banking77
 	$(BIN)/python -m bench.tickets
+	$(BIN)/python -m bench.auto_rules --seeds 3
 	$(BIN)/python -m bench.auto_classify
+	$(BIN)/python -m bench.translate_rules
 	$(BIN)/python -m bench.en_es
 	$(BIN)/python -m bench.en_ta
 	$(BIN)/python -m bench.serve

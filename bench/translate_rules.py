@@ -1,0 +1,138 @@
+"""The translation ``auto`` batch and rate rules re-derived on validation pairs only.
+
+    flock /tmp/kformer-bench.lock python -m bench.translate_rules [--corpora en-ta,en-es] [--minutes 4]
+        [--seeds 1] [--no-record]
+
+The batch rule (``batch_tokens``: a power of two giving at least ``MIN_UPDATES`` updates) and the
+per-size peak rates of :mod:`kformer.tasks.translate.auto` were placed by test chrF; here they
+are checked where settings must be chosen. For each corpus, ``kformer.tasks.translate.train`` runs
+with every setting ``auto`` (retrieval off: it decodes, it does not train, and it would cost more
+than the run) and once per alternative with one setting changed from auto's choice, all on the
+same training pairs, for ``--minutes`` each, scored by greedy chrF on validation pairs that
+training never sees and nothing else chooses on:
+
+* English->Tamil: ``bench/en_ta_levers.py``'s split (TICO-19 documents; Tatoeba joins training);
+  its validation documents (about 150 pairs). Its test documents are not decoded.
+* English->Spanish: ``bench/en_es.py``'s training side (2,000 English sentences held out for test,
+  seed 0, never decoded here); 500 further English sentences held out of it (seed 1) validate.
+
+No test pair is read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from pathlib import Path
+
+from bench.harness import record_or_print, require_shared_data
+
+ALTERNATIVES = {  # name: auto's choices -> the settings it changes
+    "batch_tokens x2": lambda auto: {"batch_tokens": 2 * auto["batch_tokens"]["value"]},
+    "batch_tokens /2": lambda auto: {"batch_tokens": auto["batch_tokens"]["value"] // 2},
+    "learning_rate x2": lambda auto: {"learning_rate": 2 * auto["learning_rate"]["value"]},
+    "learning_rate /2": lambda auto: {"learning_rate": auto["learning_rate"]["value"] / 2},
+}
+
+
+def en_ta_pairs():
+    """``(train, valid)``: en_ta_levers' training and validation documents (test left out)."""
+    from bench.en_ta_levers import split
+
+    train, valid, _test, _documents = split()
+    return train, valid
+
+
+def en_es_pairs():
+    """``(train, valid)``: 500 English sentences held out of bench.en_es's training side."""
+    from kformer.data.pairs import read_pairs, source_holdout
+
+    pairs = read_pairs(require_shared_data("en-es-anki", "spa.txt.gz"))
+    train, _test = source_holdout(pairs, 2000, seed=0)
+    return source_holdout(train, 500, seed=1)
+
+
+CORPORA = {"en-ta": en_ta_pairs, "en-es": en_es_pairs}
+
+
+def _run(train, valid, settings: dict, out: Path) -> dict:
+    from kformer.config import make_config
+    from kformer.tasks import translate
+
+    config = make_config(translate.TranslateConfig, "translate", None, {"retrieval": "off", **settings})
+    metrics = translate.train(config, train, out, valid=valid).metrics
+    scores = translate.load(out).evaluate(valid, beam=1)
+    return {"metrics": metrics, "chrf": scores["chrf"], "bleu": scores["bleu"]}
+
+
+def _row(corpus: str, seed: int, system: str, run: dict) -> dict:
+    metrics, auto = run["metrics"], run["metrics"]["auto"]
+    recipe = metrics["recipe"]
+    return {"corpus": corpus, "seed": seed, "system": system, "valid_chrf": run["chrf"], "valid_bleu": run["bleu"],
+            "batch_tokens": recipe["batch_tokens"], "learning_rate": recipe["learning_rate"], "dim": recipe["dim"],
+            "encoder": recipe["encoder"], "epochs_run": metrics.get("epochs_run"),
+            "auto": {name: auto[name] for name in ("batch_tokens", "learning_rate") if name in auto}}
+
+
+def check(corpus: str, seed: int, minutes: float, scratch: Path) -> list[dict]:
+    train, valid = CORPORA[corpus]()
+    base = {"max_minutes": minutes, "seed": seed}
+    auto = _run(train, valid, base, scratch / f"{corpus}-{seed}-auto")
+    rows = [_row(corpus, seed, "auto", auto)]
+    print(rows[-1], flush=True)
+    for name, change in ALTERNATIVES.items():
+        run = _run(train, valid, {**base, **change(auto["metrics"]["auto"])}, scratch / f"{corpus}-{seed}-{name}")
+        rows.append(_row(corpus, seed, name, run))
+        print(rows[-1], flush=True)
+    return rows
+
+
+def summary(rows: list[dict]) -> list[dict]:
+    """Per corpus and system: mean validation chrF over the seeds and the difference from auto."""
+    out = []
+    for corpus in dict.fromkeys(row["corpus"] for row in rows):
+        of = [row for row in rows if row["corpus"] == corpus]
+        auto = {row["seed"]: row["valid_chrf"] for row in of if row["system"] == "auto"}
+        for system in dict.fromkeys(row["system"] for row in of):
+            runs = [row for row in of if row["system"] == system]
+            out.append({"corpus": corpus, "system": system, "role": "auto" if system == "auto" else "alternative",
+                        "seeds": len(runs),
+                        "valid_chrf": statistics.mean(row["valid_chrf"] for row in runs),
+                        "− auto (chrF)": f"{statistics.mean(row['valid_chrf'] - auto[row['seed']] for row in runs):+.2f}",
+                        "valid_bleu": statistics.mean(row["valid_bleu"] for row in runs),
+                        "batch_tokens": " | ".join(dict.fromkeys(str(row["batch_tokens"]) for row in runs)),
+                        "learning_rate": " | ".join(dict.fromkeys(f"{row['learning_rate']:g}" for row in runs)),
+                        "model": " | ".join(dict.fromkeys(f"dim {row['dim']}, encoder {row['encoder']}" for row in runs)),
+                        "epochs_run": " | ".join(dict.fromkeys(str(row["epochs_run"]) for row in runs))})
+        alternatives = [row for row in out if row["corpus"] == corpus and row["role"] == "alternative"]
+        if alternatives:  # the summary's baseline: the strongest challenger
+            max(alternatives, key=lambda row: row["valid_chrf"])["role"] = "best alternative"
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpora", default=",".join(CORPORA), help=f"comma-separated, of {', '.join(CORPORA)}")
+    parser.add_argument("--minutes", type=float, default=4.0, help="max_minutes of every run")
+    parser.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1")
+    parser.add_argument("--no-record", action="store_true", help="print the table, do not append to BENCHMARKS.md")
+    args = parser.parse_args()
+    names = [n.strip() for n in args.corpora.split(",") if n.strip()]
+    if set(names) - set(CORPORA):
+        parser.error(f"--corpora takes {', '.join(CORPORA)}")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="kformer-translate-rules-") as scratch:
+        for corpus in names:
+            for seed in range(args.seeds):
+                rows += check(corpus, seed, args.minutes, Path(scratch))
+    notes = (f"Validation pairs only (no test pair read): every run on the same training pairs for {args.minutes:g} "
+             "minutes (max_minutes), retrieval off, greedy chrF on validation pairs training never sees. 'auto' is every "
+             "setting auto; each other row changes one setting from auto's choice. en-ta: TICO-19 validation documents "
+             "(bench/en_ta_levers.py's split); en-es: 500 English sentences held out of bench/en_es.py's training side.")
+    record_or_print("Translation batch and rate rules re-derived on validation (issue 33)", summary(rows), notes,
+                    record=not args.no_record)
+
+
+if __name__ == "__main__":
+    main()
