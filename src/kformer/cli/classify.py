@@ -19,7 +19,7 @@ from kformer.cli.distribute import (
     job_progress,
     worker_line,
 )
-from kformer.cli.settings_flags import add_train_flags, settings_from_args
+from kformer.cli.settings_flags import add_train_flags, config_from_args
 from kformer.errors import BadInput
 from kformer.tasks.classify.settings import ClassifyConfig
 
@@ -39,8 +39,7 @@ def register(commands, train_tasks) -> None:
     train.add_argument("--data", required=True, metavar="TRAIN", help="labelled training file or folder")
     train.add_argument("--valid", metavar="FILE", help="validation file (default: a stratified hold-out of TRAIN)")
     train.add_argument("--test", metavar="FILE", help="test file, scored once after training and written to metrics.json")
-    add_train_flags(train, ClassifyConfig, out_help="model folder to write (default: runs/<name of TRAIN>)",
-                    recipe_help="named recipe (imdb, banking77, tickets) or a TOML file")
+    add_train_flags(train, ClassifyConfig, out_help="model folder to write (default: runs/<name of TRAIN>)")
     train.set_defaults(handler=train_command)
 
     predict = commands.add_parser(
@@ -70,15 +69,14 @@ def _out_dir(args: argparse.Namespace) -> Path:
 
 
 def train_command(args: argparse.Namespace) -> int:
-    from kformer.config import make_config
     from kformer.tasks.classify import train
 
-    config = make_config(ClassifyConfig, "classify", args.recipe, settings_from_args(args, args.settings))
-    out = _out_dir(args)
     distribute = distribute_config(args)
+    progress = job_progress(args, distribute)
+    config = config_from_args(args, ClassifyConfig, "classify", progress)
+    out = _out_dir(args)
     result = train(config, args.data, out, valid=args.valid, test=args.test, resume=args.resume,
-                   progress=job_progress(args, distribute), command=["kformer", *sys.argv[1:]],
-                   distribute=distribute)
+                   progress=progress, command=["kformer", *sys.argv[1:]], distribute=distribute)
     print(_summary_line(result.metrics, out) if result.folder == out else worker_line(distribute, result.folder))
     return 0
 
