@@ -48,7 +48,7 @@ examples:
   kformer train classify --data tickets.csv --out runs/tickets
   kformer predict runs/tickets "my laptop will not boot"
   kformer evaluate runs/tickets --data test.csv
-  kformer evaluate runs/arith --digits 20
+  kformer evaluate runs/arith --digits 8
   kformer train translate --data en-es.tsv --out runs/en-es
   kformer translate runs/en-es "How are you?"
   kformer attention runs/arith "1234+4567"

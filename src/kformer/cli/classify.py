@@ -46,7 +46,7 @@ def register(commands, train_tasks) -> None:
         "predict",
         help="label texts with a trained classifier",
         description="Print label, probability and top-k for each text (arguments, --data FILE, or "
-        "lines on stdin) as JSONL or CSV. With --threshold, low-confidence texts get --unknown-label.",
+        "lines on stdin) as JSONL or CSV. With --threshold, texts whose in-scope score is below it get --unknown-label.",
     )
     predict.add_argument("model_dir", metavar="MODEL_DIR", help="folder written by `kformer train classify`")
     predict.add_argument("texts", nargs="*", metavar="TEXT", help="texts to classify (default: --data or stdin lines)")
@@ -54,8 +54,11 @@ def register(commands, train_tasks) -> None:
     predict.add_argument("--text-column", default=None, help="text column of --data (default: the model's)")
     predict.add_argument("--format", choices=("jsonl", "csv"), default="jsonl", help="output format (default jsonl)")
     predict.add_argument("--top-k", type=int, default=1, metavar="K", help="also list the K most likely labels")
-    predict.add_argument("--threshold", type=float, metavar="P", help="below this probability, answer --unknown-label (default: the folder's calibrated threshold "
-                         "from train --calibrate, else none; 0 turns it off)")
+    predict.add_argument("--threshold", type=float, metavar="X",
+                         help="below this in-scope score, answer --unknown-label: the best probability, or for a "
+                         "model trained with a distance --ood-score minus the distance (kformer.json \"ood\" names "
+                         "its units) (default: the folder's calibrated threshold from train --calibrate, else none; "
+                         "for the probability, 0 turns it off)")
     predict.add_argument("--unknown-label", default="unknown", metavar="NAME", help="label for low-confidence texts (default: unknown)")
     predict.add_argument("--batch-size", type=int, default=64, metavar="N", help="texts per prediction batch")
     predict.set_defaults(handler=predict_command)

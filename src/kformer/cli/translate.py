@@ -31,8 +31,11 @@ def register(commands, train_tasks) -> None:
         "from the training side only. Settings come from --recipe, then the flags below.",
     )
     train.add_argument("--data", required=True, metavar="PAIRS.tsv", help="training pairs, source<TAB>target per line")
-    train.add_argument("--valid", metavar="FILE", help="validation pairs for early stopping (default: a random hold-out of the training pairs)")
-    train.add_argument("--test", metavar="FILE", help="test pairs scored after training (default: hold out up to 2,000 random training pairs)")
+    train.add_argument("--valid", metavar="FILE", help="validation pairs for early stopping (default: up to --valid-size "
+                       "pairs held out of the training pairs by source sentence, as --test's)")
+    train.add_argument("--test", metavar="FILE", help="test pairs scored after training (default: up to --holdout pairs held "
+                       "out by source sentence: one pair of each held-out source, and every other pair of it left out of "
+                       "training)")
     add_train_flags(train, TranslateConfig, out_help="model folder to write (default: runs/<name of PAIRS>)")
     train.set_defaults(handler=train_command)
 
