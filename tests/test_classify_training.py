@@ -99,7 +99,7 @@ def test_shipped_recipes_are_sectioned_classify_recipes():
     from kformer.config import RECIPES_DIR, available_recipes, make_config
     from kformer.tasks.classify import ClassifyConfig
 
-    names = ("imdb", "banking77", "banking77-minilm", "tickets")
+    names = ("imdb", "imdb-best", "banking77-minilm", "tickets")
     assert set(names) <= set(available_recipes("classify"))
     for name in names:
         raw = tomllib.loads((RECIPES_DIR / f"{name}.toml").read_text(encoding="utf-8"))
