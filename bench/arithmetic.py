@@ -17,11 +17,11 @@ Rows:
   128, dropout 0.1, pre-norm, Adam 1e-3, 2,560 validation problems; Keras' default
   ``jit_compile="auto"`` as the lesson's code (Keras turns XLA off on a CPU-only TensorFlow
   machine; the row says what it chose).
-- ``kformer, lesson's format``: kformer's arithmetic recipe (an encoder-decoder) reading the
+- ``kformer, lesson's format``: kformer's default arithmetic settings reading the
   characters as written and writing the answer most significant digit first
   (``source_style="chars", reverse_answer=False``), operands unpadded (``pad_operands=False``)
   and zero-padded (``pad_operands=True``): what kformer's model does with the lesson's format.
-- ``kformer``: the recipe as shipped (columns of digit pairs, answer ones digit first).
+- ``kformer``: the default settings (columns of digit pairs, answer ones digit first).
 
 Each budget is wall clock from the start of ``model.fit`` (graph tracing / XLA compile
 included) to the end of the last step, with that system's per-epoch work inside it: kformer
@@ -75,7 +75,7 @@ def lesson_row(minutes: float, held_out: list, digits: int) -> dict:
 
 def kformer_row(system: str, overrides: dict, minutes: float, held_out_size: int, digits: int) -> dict:
     common = {"max_minutes": minutes, "held_out_size": held_out_size, "digits": digits, "epochs": 10**6}
-    config = make_config(arithmetic.ArithmeticConfig, "arithmetic", "arithmetic", {**overrides, **common})
+    config = make_config(arithmetic.ArithmeticConfig, "arithmetic", None, {**overrides, **common})
     with tempfile.TemporaryDirectory() as out:
         metrics = arithmetic.train(config, None, out).metrics
     return {

@@ -9,7 +9,7 @@ it is smaller, as it is for 1- and 2-digit operands):
   at its own width, every length 1..10 in every batch, the model accepting 40 digits), once per
   position scheme (``--schemes``; ``learned``, today's, is the baseline row; the last row is
   abacus without the recipe's local attention), scored at 1..40 digits. Targets: >= 99 % at 20 digits, >= 90 % at 30, in at most 10 minutes;
-- trained on operands of at most 4 digits (the ``arithmetic`` recipe, the demo's, accepting 8),
+- trained on operands of at most 4 digits (``arithmetic``: the task's defaults, the demo's, accepting 8),
   once per scheme for ``--short-minutes`` (the demo's 2), scored at 1..8 digits. Target: >= 99 %
   at 8 digits.
 
@@ -41,6 +41,7 @@ SCHEMES = {  # row name -> the settings it changes in the recipe
     "abacus": {"positions": "abacus"},
     "abacus, attention everywhere": {"positions": "abacus", "attention_window": 0},  # what the window adds
 }
+RECIPES = {"arithmetic-long": "arithmetic-long", "arithmetic": None}  # a row's name -> its recipe (None: the defaults)
 SETUPS = (  # recipe, what it trains on, longest length scored, the lengths a target is set at
     ("arithmetic-long", "operands <= 10 digits", 40, (20, 30)),
     ("arithmetic", "operands <= 4 digits", 8, (8,)),
@@ -55,7 +56,7 @@ def train_and_score(recipe: str, scheme: dict, minutes: float, longest: int, hel
     on ``held_out`` problems per length (``held_out_others`` at lengths not in ``targets``)."""
     overrides = {**scheme, "max_minutes": minutes, "epochs": 10**6, "seed": seed, "digits": longest,
                  "held_out_size": min(held_out, 2000), "held_out_per_length": 0}
-    config = make_config(arithmetic.ArithmeticConfig, "arithmetic", recipe, overrides)
+    config = make_config(arithmetic.ArithmeticConfig, "arithmetic", RECIPES[recipe], overrides)
     with tempfile.TemporaryDirectory(prefix="kformer-arith-long-") as out:
         metrics = arithmetic.train(config, None, out).metrics
         model = arithmetic.load(out)

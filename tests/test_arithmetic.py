@@ -232,11 +232,11 @@ def test_cli_train_evaluate_attention_and_errors(tmp_path, capsys, monkeypatch):
     assert not (tmp_path / "x").exists()
 
 
-def test_shipped_recipes_train_short_and_accept_longer():
+def test_the_defaults_and_the_long_recipe_train_short_and_accept_longer():
     from kformer.config import make_config
     from kformer.tasks.arithmetic import ArithmeticConfig
 
-    demo = make_config(ArithmeticConfig, "arithmetic", "arithmetic")
+    demo = make_config(ArithmeticConfig, "arithmetic")  # the defaults: what the demo trains
     long = make_config(ArithmeticConfig, "arithmetic", "arithmetic-long")
     assert (demo.train_digits, demo.digits, long.train_digits, long.digits) == (4, 8, 10, 40)
     for config in (demo, long):

@@ -72,7 +72,7 @@ def test_recipe_errors_are_one_line(tickets, tmp_path, capsys):
     assert main(["train", "classify", "--data", str(tickets), "--recipe", "nope", "--out", str(tmp_path / "a")]) == 2
     err = capsys.readouterr().err
     assert "unknown recipe 'nope'; available: " in err and err.count("\n") == 1
-    assert all(name in err.split("available: ")[1] for name in ("banking77", "imdb", "tickets"))
+    assert all(name in err.split("available: ")[1] for name in ("banking77-minilm", "imdb", "tickets"))
     recipe = tmp_path / "mine.toml"
     recipe.write_text("epochs = 2\nlayers = 3\n", encoding="utf-8")
     assert main(["train", "classify", "--data", str(tickets), "--recipe", str(recipe), "--out", str(tmp_path / "b")]) == 2
@@ -99,7 +99,7 @@ def test_shipped_recipes_are_sectioned_classify_recipes():
     from kformer.config import RECIPES_DIR, available_recipes, make_config
     from kformer.tasks.classify import ClassifyConfig
 
-    names = ("imdb", "banking77", "banking77-minilm", "tickets")
+    names = ("imdb", "imdb-best", "banking77-minilm", "tickets")
     assert set(names) <= set(available_recipes("classify"))
     for name in names:
         raw = tomllib.loads((RECIPES_DIR / f"{name}.toml").read_text(encoding="utf-8"))

@@ -30,7 +30,8 @@ def test_piped_training_prints_one_line_per_epoch_and_keeps_train_log_and_curves
     printed = capsys.readouterr().out
     assert "\r" not in printed  # nothing redrawn
     lines = printed.splitlines()
-    assert lines[0] == "training started (the first step compiles the model)"
+    assert lines[:2] == ["settings: train_digits=2 (narrowed to --digits 2)",  # the defaults train on 4 digits
+                         "training started (the first step compiles the model)"]
     epochs = [line for line in lines if line.startswith("epoch ")]
     assert [line.split()[1] for line in epochs] == ["1/3", "2/3", "3/3"]
     assert all(" loss " in line and line.endswith(" s") or "left" in line for line in epochs)

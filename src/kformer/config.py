@@ -121,33 +121,64 @@ def coerce(value: Any, hint, field: str) -> Any:
 # --- building a config ------------------------------------------------------------------------------
 
 
-def build_config(config_cls, *layers: dict[str, Any] | None, sources: tuple[str, ...] = ()):
+def build_config(config_cls, *layers: dict[str, Any] | None, sources: tuple[str, ...] = (),
+                 narrowed: dict[str, tuple[Any, str]] | None = None):
     """A ``config_cls`` from its defaults updated by each mapping of ``layers`` in turn.
 
     Keys are setting names (``"epochs"``) or ``section.name`` (``"training.epochs"``); ``None``
     values are skipped (an argument not given). ``sources`` names each layer for messages
     (e.g. ``"recipe imdb"``). Unknown keys and wrong types are a BadInput naming the key.
+
+    A config class may have ``narrow(values)``: the settings that others rule out, each with the
+    value the other allows and the setting that rules it out (``{name: (value, because)}``, e.g.
+    arithmetic's ``train_digits`` above a smaller ``digits``). A setting takes that value when
+    ``because`` was set by a later layer than it (a flag narrows a recipe's value or a default; a
+    recipe narrows a default) and is then added to ``narrowed`` when that is passed; set in the
+    same layer or a later one, the class's BadInput stands.
     """
+    values: dict[str, Any] = {}
+    origin: dict[str, int] = {}  # the layer each value comes from (missing: the default)
+    for i, layer in enumerate(layers):
+        layer_values = _layer_values(config_cls, layer, sources[i] if i < len(sources) else "settings")
+        values.update(layer_values)
+        origin.update(dict.fromkeys(layer_values, i))
+    changes = _narrowing(config_cls, values, origin)
+    values.update({name: value for name, (value, _) in changes.items()})
+    if narrowed is not None:
+        narrowed.update(changes)
+    return config_cls(**values)
+
+
+def _layer_values(config_cls, layer: dict[str, Any] | None, source: str) -> dict[str, Any]:
+    """One layer's ``{name: value}``, checked (None values skipped)."""
     known = fields(config_cls)
     hints = _hints(config_cls)
     values: dict[str, Any] = {}
-    for i, layer in enumerate(layers):
-        source = sources[i] if i < len(sources) else "settings"
-        for key, value in (layer or {}).items():
-            if value is None:
-                continue
-            name = key.split(".", 1)[1] if "." in key else key
-            try:
-                if name not in known or ("." in key and key.split(".")[0] != known[name].metadata["section"]):
-                    raise BadInput(f"{source}: unknown setting {{field}}; known: {', '.join(known)}", field=key)
-                values[name] = coerce(value, hints[name], name)
-            except BadInput as exc:
-                if source.startswith("recipe"):  # the fault is in the file: name its key, not a flag
-                    message = exc.message_for(key)
-                    message = message if message.startswith(source) else f"{source}: {message}"
-                    raise BadInput(message, field=key) from None
-                raise
-    return config_cls(**values)
+    for key, value in (layer or {}).items():
+        if value is None:
+            continue
+        name = key.split(".", 1)[1] if "." in key else key
+        try:
+            if name not in known or ("." in key and key.split(".")[0] != known[name].metadata["section"]):
+                raise BadInput(f"{source}: unknown setting {{field}}; known: {', '.join(known)}", field=key)
+            values[name] = coerce(value, hints[name], name)
+        except BadInput as exc:
+            if source.startswith("recipe"):  # the fault is in the file: name its key, not a flag
+                message = exc.message_for(key)
+                message = message if message.startswith(source) else f"{source}: {message}"
+                raise BadInput(message, field=key) from None
+            raise
+    return values
+
+
+def _narrowing(config_cls, values: dict[str, Any], origin: dict[str, int]) -> dict[str, tuple[Any, str]]:
+    """What ``config_cls.narrow`` changes: settings ruled out by one set in a later layer."""
+    narrow = getattr(config_cls, "narrow", None)
+    if narrow is None or not origin:
+        return {}
+    full = {name: values.get(name, f.default) for name, f in fields(config_cls).items()}
+    return {name: (value, because) for name, (value, because) in narrow(full).items()
+            if origin.get(name, -1) < origin.get(because, -1)}
 
 
 def available_recipes(task: str | None = None) -> list[str]:
@@ -224,8 +255,10 @@ def as_config(config_cls, config):
     )
 
 
-def make_config(config_cls, task: str, recipe: str | os.PathLike | None = None, overrides: dict[str, Any] | None = None):
-    """``config_cls`` from its defaults, then the ``recipe`` (name or path), then ``overrides``.
+def make_config(config_cls, task: str, recipe: str | os.PathLike | None = None, overrides: dict[str, Any] | None = None,
+                narrowed: dict[str, tuple[Any, str]] | None = None):
+    """``config_cls`` from its defaults, then the ``recipe`` (name or path), then ``overrides``
+    (what the user gave: see :func:`build_config` for what they narrow, listed in ``narrowed``).
 
     A config class may name ``RECIPE_DEFAULTS`` (``{setting: value}``): what a recipe that does
     not mention those settings gets instead of the class default (settings added after recipes
@@ -234,4 +267,40 @@ def make_config(config_cls, task: str, recipe: str | os.PathLike | None = None, 
     if recipe:
         named = {key.split(".", 1)[-1] for key in flat}
         flat = {**{k: v for k, v in getattr(config_cls, "RECIPE_DEFAULTS", {}).items() if k not in named}, **flat}
-    return build_config(config_cls, flat, overrides or {}, sources=(f"recipe {recipe}", "arguments"))
+    return build_config(config_cls, flat, overrides or {}, sources=(f"recipe {recipe}", "arguments"),
+                        narrowed=narrowed)
+
+
+# --- recipes from Python ----------------------------------------------------------------------------
+
+_TASK_CLASSES: dict[str, type] = {}
+
+
+def register_task(task: str, config_cls) -> None:
+    """Make ``config_cls`` the settings of ``task``: it gets ``from_recipe`` (:func:`from_recipe`),
+    and :func:`recipe` builds it for that task's recipes. Each task package calls this once."""
+    _TASK_CLASSES[task] = config_cls
+    config_cls.task = task
+    config_cls.from_recipe = classmethod(from_recipe)
+
+
+def from_recipe(config_cls, name: str | os.PathLike, **overrides):
+    """``config_cls`` from a shipped recipe ``name`` (or a TOML path), then ``overrides``, as the
+    ``--recipe`` flag and the setting flags build it (like KerasHub's ``from_preset``):
+    ``ClassifyConfig.from_recipe("tickets", epochs=2)``."""
+    return make_config(config_cls, config_cls.task, name, overrides)
+
+
+def recipe_task(name: str | os.PathLike) -> str | None:
+    """The task recipe ``name`` (or a TOML path) is for: its ``task = "..."`` (None without one)."""
+    return _read_toml(recipe_path(name)).get("task")
+
+
+def recipe(name: str | os.PathLike, **overrides):
+    """The settings of recipe ``name`` (or a TOML path) as its registered task's config object, with
+    ``overrides`` (:func:`from_recipe`); :func:`kformer.recipe` imports the task first."""
+    task = recipe_task(name)
+    if task not in _TASK_CLASSES:
+        raise BadInput(f"recipe {name} names no task kformer knows (task = {task!r}): use the task's "
+                       "Config.from_recipe", field="recipe")
+    return from_recipe(_TASK_CLASSES[task], name, **overrides)

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from kformer import __version__
 from kformer.environment import setup
 from kformer.errors import KformerError
+from kformer.tasks.arithmetic.settings import ArithmeticConfig
 
 COMMAND_MODULES = (
     "kformer.cli.classify",
@@ -42,19 +43,19 @@ Every `kformer train ...` writes one model folder (--out DIR) that carries its v
 labels, recipe and metrics; `evaluate`, `predict`, `translate` and `attention` take that folder.
 """
 
-EXAMPLES = """\
+EXAMPLES = f"""\
 examples:
   kformer demo                                   learn 4-digit addition/subtraction (~2 min)
   kformer train classify --data tickets.csv --out runs/tickets
   kformer predict runs/tickets "my laptop will not boot"
   kformer evaluate runs/tickets --data test.csv
-  kformer evaluate runs/arith --digits 20
+  kformer evaluate runs/arith --digits {ArithmeticConfig.digits}
   kformer train translate --data en-es.tsv --out runs/en-es
   kformer translate runs/en-es "How are you?"
   kformer attention runs/arith "1234+4567"
 
 Run `kformer COMMAND --help` for a command's options.
-"""
+"""  # --digits: the most the default arithmetic model accepts
 
 
 def _add_shared_commands(commands) -> None:

@@ -16,11 +16,10 @@ from kformer.cli.distribute import (
     worker_line,
 )
 from kformer.cli.progress import add_log_flags, progress_for
-from kformer.cli.settings_flags import add_train_flags, settings_from_args
+from kformer.cli.settings_flags import add_train_flags, config_from_args
 from kformer.errors import BadInput
 from kformer.tasks.arithmetic.settings import ArithmeticConfig
 
-DEFAULT_RECIPE = "arithmetic"
 DEMO_PROBLEM = "1234+4567"
 
 
@@ -32,11 +31,10 @@ def register(commands, train_tasks) -> None:
         description="Train a sequence-to-sequence Transformer on problems like 1234+4567 (answer "
         "=5801) generated on the fly, then report exact-match and per-character accuracy on held-out "
         "problems that training never sees (also written to OUT/metrics.json). Settings come from "
-        "--recipe, then the flags below.",
+        "the defaults below (what `kformer demo` trains), then --recipe, then the flags; a flag narrows "
+        "what depends on it (a smaller --digits lowers --train-digits when that is not given).",
     )
-    add_train_flags(train, ArithmeticConfig, out_help="model folder to write", out_required=True,
-                    default_recipe=DEFAULT_RECIPE,
-                    recipe_help=f"settings: a shipped recipe name or a TOML file (default {DEFAULT_RECIPE})")
+    add_train_flags(train, ArithmeticConfig, out_help="model folder to write", out_required=True)
     train.set_defaults(handler=_train)
 
     demo = commands.add_parser(
@@ -54,12 +52,12 @@ def register(commands, train_tasks) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from kformer.config import make_config
     from kformer.tasks import arithmetic
 
-    config = make_config(arithmetic.ArithmeticConfig, "arithmetic", args.recipe, settings_from_args(args, args.settings))
     distribute = distribute_config(args)
-    result = arithmetic.train(config, None, args.out, resume=args.resume, progress=job_progress(args, distribute),
+    progress = job_progress(args, distribute)
+    config = config_from_args(args, ArithmeticConfig, "arithmetic", progress)
+    result = arithmetic.train(config, None, args.out, resume=args.resume, progress=progress,
                               command=["kformer", *sys.argv[1:]], distribute=distribute)
     if result.folder != Path(args.out):
         print(worker_line(distribute, result.folder))
@@ -75,7 +73,7 @@ def _demo(args: argparse.Namespace) -> int:
 
     if args.minutes <= 0:
         raise BadInput(f"{{field}} must be positive, not {args.minutes}", field="minutes")
-    config = make_config(arithmetic.ArithmeticConfig, "arithmetic", DEFAULT_RECIPE,
+    config = make_config(arithmetic.ArithmeticConfig, "arithmetic", None,
                          {"max_minutes": args.minutes, "seed": args.seed, "epochs": 10**6})
     out = Path(args.out)
     trained = config.answer_format().most_trained

@@ -19,7 +19,7 @@ from kformer.cli.distribute import (
     job_progress,
     worker_line,
 )
-from kformer.cli.settings_flags import add_train_flags, settings_from_args
+from kformer.cli.settings_flags import add_train_flags, config_from_args
 from kformer.errors import BadInput
 from kformer.tasks.classify.settings import ClassifyConfig
 
@@ -39,15 +39,14 @@ def register(commands, train_tasks) -> None:
     train.add_argument("--data", required=True, metavar="TRAIN", help="labelled training file or folder")
     train.add_argument("--valid", metavar="FILE", help="validation file (default: a stratified hold-out of TRAIN)")
     train.add_argument("--test", metavar="FILE", help="test file, scored once after training and written to metrics.json")
-    add_train_flags(train, ClassifyConfig, out_help="model folder to write (default: runs/<name of TRAIN>)",
-                    recipe_help="named recipe (imdb, banking77, tickets) or a TOML file")
+    add_train_flags(train, ClassifyConfig, out_help="model folder to write (default: runs/<name of TRAIN>)")
     train.set_defaults(handler=train_command)
 
     predict = commands.add_parser(
         "predict",
         help="label texts with a trained classifier",
         description="Print label, probability and top-k for each text (arguments, --data FILE, or "
-        "lines on stdin) as JSONL or CSV. With --threshold, low-confidence texts get --unknown-label.",
+        "lines on stdin) as JSONL or CSV. With --threshold, texts whose in-scope score is below it get --unknown-label.",
     )
     predict.add_argument("model_dir", metavar="MODEL_DIR", help="folder written by `kformer train classify`")
     predict.add_argument("texts", nargs="*", metavar="TEXT", help="texts to classify (default: --data or stdin lines)")
@@ -55,8 +54,11 @@ def register(commands, train_tasks) -> None:
     predict.add_argument("--text-column", default=None, help="text column of --data (default: the model's)")
     predict.add_argument("--format", choices=("jsonl", "csv"), default="jsonl", help="output format (default jsonl)")
     predict.add_argument("--top-k", type=int, default=1, metavar="K", help="also list the K most likely labels")
-    predict.add_argument("--threshold", type=float, metavar="P", help="below this probability, answer --unknown-label (default: the folder's calibrated threshold "
-                         "from train --calibrate, else none; 0 turns it off)")
+    predict.add_argument("--threshold", type=float, metavar="X",
+                         help="below this in-scope score, answer --unknown-label: the best probability, or for a "
+                         "model trained with a distance --ood-score minus the distance (kformer.json \"ood\" names "
+                         "its units) (default: the folder's calibrated threshold from train --calibrate, else none; "
+                         "for the probability, 0 turns it off)")
     predict.add_argument("--unknown-label", default="unknown", metavar="NAME", help="label for low-confidence texts (default: unknown)")
     predict.add_argument("--batch-size", type=int, default=64, metavar="N", help="texts per prediction batch")
     predict.set_defaults(handler=predict_command)
@@ -70,15 +72,14 @@ def _out_dir(args: argparse.Namespace) -> Path:
 
 
 def train_command(args: argparse.Namespace) -> int:
-    from kformer.config import make_config
     from kformer.tasks.classify import train
 
-    config = make_config(ClassifyConfig, "classify", args.recipe, settings_from_args(args, args.settings))
-    out = _out_dir(args)
     distribute = distribute_config(args)
+    progress = job_progress(args, distribute)
+    config = config_from_args(args, ClassifyConfig, "classify", progress)
+    out = _out_dir(args)
     result = train(config, args.data, out, valid=args.valid, test=args.test, resume=args.resume,
-                   progress=job_progress(args, distribute), command=["kformer", *sys.argv[1:]],
-                   distribute=distribute)
+                   progress=progress, command=["kformer", *sys.argv[1:]], distribute=distribute)
     print(_summary_line(result.metrics, out) if result.folder == out else worker_line(distribute, result.folder))
     return 0
 

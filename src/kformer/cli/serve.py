@@ -72,8 +72,8 @@ def register(commands, train_tasks) -> None:
     serve.add_argument("--access-log", action="store_true", help="log every request")
     serve.add_argument("--runtime", choices=RUNTIMES, default=SERVE_RUNTIME,
                        help=f"where classifiers' :predict runs (default {SERVE_RUNTIME}: converted to ONNX Runtime once "
-                       "per folder version and kept in the folder's runtimes/, 4.2x Keras' throughput at batch 1 in "
-                       "BENCHMARKS.md; onnx-int8: the same with 8-bit weights, "
+                       "per folder version and kept in the folder's runtimes/, faster than Keras at batch 1, the "
+                       "service's usual batch (BENCHMARKS.md, \"Export runtimes\"); onnx-int8: the same with 8-bit weights, "
                        "faster for large networks such as a fine-tuned MiniLM at a small accuracy cost; :explain still "
                        "uses Keras; other tasks stay on Keras)")
     serve.set_defaults(handler=_serve)

@@ -49,8 +49,15 @@ def add_setting_flags(parser: argparse.ArgumentParser, config_cls, *, skip: tupl
     return names
 
 
-def add_train_flags(train: argparse.ArgumentParser, config_cls, *, recipe_help: str, out_help: str,
-                    out_required: bool = False, default_recipe: str | None = None) -> None:
+def recipes_help(task: str) -> str:
+    """``--recipe``'s help: the recipes shipped for ``task``, read from the recipes folder."""
+    from kformer.config import available_recipes
+
+    names = ", ".join(available_recipes(task)) or "none shipped"
+    return f"settings over the defaults: a shipped recipe ({names}) or a TOML file (default: none)"
+
+
+def add_train_flags(train: argparse.ArgumentParser, config_cls, *, out_help: str, out_required: bool = False) -> None:
     """What every ``kformer train TASK`` takes beside its data: ``--out``, ``--recipe``,
     ``--resume``, the log and data-parallel flags, and one flag per setting of ``config_cls``
     (their names end up in ``args.settings``)."""
@@ -60,7 +67,7 @@ def add_train_flags(train: argparse.ArgumentParser, config_cls, *, recipe_help: 
     from kformer.tasks.state import RESUMABLE
 
     train.add_argument("--out", required=out_required, metavar="DIR", help=out_help)
-    train.add_argument("--recipe", default=default_recipe, metavar="NAME|PATH", help=recipe_help)
+    train.add_argument("--recipe", metavar="NAME|PATH", help=recipes_help(config_cls.task))
     changeable = ", ".join("--" + name.replace("_", "-") for name in RESUMABLE if name in fields(config_cls))
     train.add_argument("--resume", action="store_true",
                        help=f"continue from the last checkpoint in --out with the first run's settings and the same "
@@ -73,6 +80,29 @@ def add_train_flags(train: argparse.ArgumentParser, config_cls, *, recipe_help: 
 def settings_from_args(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
     """``{setting: value}`` of the flags given (None for the others: the recipe decides)."""
     return {name: getattr(args, name) for name in names}
+
+
+def config_from_args(args: argparse.Namespace, config_cls, task: str, progress=None):
+    """The settings of a ``kformer train TASK`` command: the class defaults, ``--recipe``, then the
+    flags given (:func:`kformer.config.make_config`). A setting a given flag narrowed is said in a
+    ``"settings"`` event to ``progress`` before training: ``settings: train_digits=3 (narrowed to
+    --digits 3)``."""
+    from kformer.config import make_config
+
+    narrowed: dict[str, tuple[Any, str]] = {}
+    config = make_config(config_cls, task, args.recipe, settings_from_args(args, args.settings), narrowed=narrowed)
+    if narrowed and progress is not None:
+        from kformer.training import ProgressEvent
+
+        flags = {f.name: f.metadata.get("flag") or "--" + f.name.replace("_", "-") for f in dataclasses.fields(config_cls)}
+        said = ", ".join(f"{name}={_shown(value)} (narrowed to {flags[because]} {_shown(getattr(config, because))})"
+                         for name, (value, because) in narrowed.items())
+        progress(ProgressEvent("settings", 0.0, message=f"settings: {said}"))
+    return config
+
+
+def _shown(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _help(config_cls, field: dataclasses.Field) -> str:

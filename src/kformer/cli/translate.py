@@ -16,7 +16,7 @@ from kformer.cli.distribute import (
     job_progress,
     worker_line,
 )
-from kformer.cli.settings_flags import add_train_flags, settings_from_args
+from kformer.cli.settings_flags import add_train_flags, config_from_args
 from kformer.errors import BadInput
 from kformer.tasks.translate.settings import TranslateConfig
 
@@ -31,10 +31,12 @@ def register(commands, train_tasks) -> None:
         "from the training side only. Settings come from --recipe, then the flags below.",
     )
     train.add_argument("--data", required=True, metavar="PAIRS.tsv", help="training pairs, source<TAB>target per line")
-    train.add_argument("--valid", metavar="FILE", help="validation pairs for early stopping (default: a random hold-out of the training pairs)")
-    train.add_argument("--test", metavar="FILE", help="test pairs scored after training (default: hold out up to 2,000 random training pairs)")
-    add_train_flags(train, TranslateConfig, out_help="model folder to write (default: runs/<name of PAIRS>)",
-                    recipe_help="named recipe (en-es, en-ta) or a TOML file of settings")
+    train.add_argument("--valid", metavar="FILE", help="validation pairs for early stopping (default: up to --valid-size "
+                       "pairs held out of the training pairs by source sentence, as --test's)")
+    train.add_argument("--test", metavar="FILE", help="test pairs scored after training (default: up to --holdout pairs held "
+                       "out by source sentence: one pair of each held-out source, and every other pair of it left out of "
+                       "training)")
+    add_train_flags(train, TranslateConfig, out_help="model folder to write (default: runs/<name of PAIRS>)")
     train.set_defaults(handler=train_command)
 
     translate = commands.add_parser(
@@ -126,15 +128,14 @@ def default_out(data: str) -> Path:
 
 
 def train_command(args: argparse.Namespace) -> int:
-    from kformer.config import make_config
     from kformer.tasks import translate
 
-    config = make_config(translate.TranslateConfig, "translate", args.recipe, settings_from_args(args, args.settings))
-    out = Path(args.out) if args.out else default_out(args.data)
     distribute = distribute_config(args)
+    progress = job_progress(args, distribute)
+    config = config_from_args(args, TranslateConfig, "translate", progress)
+    out = Path(args.out) if args.out else default_out(args.data)
     result = translate.train(config, args.data, out, valid=args.valid, test=args.test, resume=args.resume,
-                             progress=job_progress(args, distribute), command=["kformer", *sys.argv[1:]],
-                             distribute=distribute)
+                             progress=progress, command=["kformer", *sys.argv[1:]], distribute=distribute)
     if result.folder != out:
         print(worker_line(distribute, result.folder))
         return 0

@@ -28,7 +28,7 @@ def settle_heap() -> None:
     """Collect the garbage, then freeze what is left -- the loaded models, TensorFlow's and Keras'
     millions of objects -- out of the garbage collector's sight (``gc.freeze``). Otherwise every
     full collection walks that whole heap: 100-600 ms with the whole service stopped, several
-    times a minute under load (part of the ~270 ms p99 of BENCHMARKS.md "Serving"). Each load
+    times a minute under load (a large part of the tail latency; BENCHMARKS.md "Serving"). Each load
     unfreezes first, so what a reload left behind is collected then."""
     gc.unfreeze()
     gc.collect()

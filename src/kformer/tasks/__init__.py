@@ -4,7 +4,8 @@
 - :mod:`kformer.tasks.translate` -- translation (``train``, ``load`` -> ``Translator``).
 - :mod:`kformer.tasks.arithmetic` -- multi-digit arithmetic (``train``, ``load`` -> ``ArithmeticModel``).
 
-:func:`load` opens any model folder, or export folder, as the right task's object. The CLI and the REST service
+:func:`load` opens any model folder, or export folder, as the right task's object, and :func:`recipe` a
+recipe as the right task's settings object. The CLI and the REST service
 call these functions; so can a notebook or a script.
 """
 
@@ -47,3 +48,16 @@ def load(folder: str | os.PathLike, **options):
     task_load = task_module(manifest["task"]).load
     taken = inspect.signature(task_load).parameters
     return task_load(folder, **{name: value for name, value in options.items() if name in taken})
+
+
+def recipe(name: str | os.PathLike, **overrides):
+    """The settings of recipe ``name`` (shipped, or a TOML path naming its ``task``) as that task's
+    config object, then ``overrides``: the same as ``ClassifyConfig.from_recipe(name, **overrides)``
+    for a classify recipe (:func:`kformer.config.from_recipe`)."""
+    from kformer.config import recipe as task_recipe
+    from kformer.config import recipe_task
+
+    task = recipe_task(name)
+    if task in TASKS:
+        task_module(task)  # registers the task's settings class
+    return task_recipe(name, **overrides)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from kformer.config import setting
 from kformer.errors import BadInput
@@ -14,33 +14,41 @@ TASK = "arithmetic"
 
 @dataclass(frozen=True)
 class ArithmeticConfig:
-    """Settings of an arithmetic run (recipe sections ``[data]``, ``[model]``, ``[training]``)."""
+    """Settings of an arithmetic run (recipe sections ``[data]``, ``[model]``, ``[training]``).
 
-    digits: int = setting(4, "data", "most digits per operand the model accepts (up to 100)")
+    The defaults are what ``kformer train arithmetic`` and ``kformer demo`` train: operands of up to
+    4 digits, each problem written at its own width as columns holding both digits and the
+    operator, ones first, the answer ones first; a decoder with no encoder blocks reads the
+    columns, and abacus positions with local attention (2 columns and 2 digits either way) make
+    what it learns the same at every place, so it is right on operands of up to 8 digits too.
+    Every batch is fresh problems, so there is no dropout."""
+
+    digits: int = setting(8, "data", "most digits per operand the model accepts (up to 100)")
     ops: str = setting("+-", "data", "operators, from '+-'", metavar="OPS")
     pad_operands: bool = setting(True, "data", "zero-pad operands to `digits` (0012+0345)")
     reverse_answer: bool = setting(True, "data", "write the answer ones-digit first, sign last")
     source_style: Literal["chars", "interleaved", "columns", "op_columns"] = setting(
-        "columns", "data", "how the problem is read: a character at a time, the operands' digits interleaved, "
+        "op_columns", "data", "how the problem is read: a character at a time, the operands' digits interleaved, "
         "one token per column after the operator, or one token per column holding the operator too, then an end mark")
     held_out_size: int = setting(10000, "data", "held-out problems (operands up to `train_digits`) scored after "
                                  "training: the headline exact match")
-    held_out_per_length: int = setting(0, "data", "held-out problems scored for each operand length from 1 to "
+    held_out_per_length: int = setting(1000, "data", "held-out problems scored for each operand length from 1 to "
                                        "`digits` (metrics.json `by_length`, lengths.png; 0 = none)")
-    train_digits: int = setting(0, "data", "training operands have at most this many digits (0 = `digits`); the "
-                                "model accepts up to `digits`: measures length generalisation")
-    mixed_lengths: bool = setting(False, "data", "write each problem at its own width and train on every operand "
+    train_digits: int = setting(4, "data", "training operands have at most this many digits (0 = `digits`); the "
+                                "model accepts up to `digits`: measures length generalisation (at most `digits`: "
+                                "a smaller --digits narrows it unless it is given too)")
+    mixed_lengths: bool = setting(True, "data", "write each problem at its own width and train on every operand "
                                   "length 1..`train_digits` in each batch (columns style, reversed answers)")
     dim: int = setting(64, "model", "model width")
     heads: int = setting(4, "model", "attention heads")
     ff_dim: int = setting(256, "model", "feed-forward width")
-    encoder_layers: int = setting(2, "model", "encoder blocks (0: the decoder reads the embedded problem)")
+    encoder_layers: int = setting(0, "model", "encoder blocks (0: the decoder reads the embedded problem)")
     decoder_layers: int = setting(2, "model", "decoder blocks")
     dropout: float = setting(0.0, "model", "dropout rate")
     positions: Literal["learned", "sinusoidal", "abacus", "randomized"] = setting(
-        "learned", "model", "position embeddings: learned or sinusoidal (absolute), or abacus / randomized (learned "
+        "abacus", "model", "position embeddings: learned or sinusoidal (absolute), or abacus / randomized (learned "
         "tables with random offsets / random sorted ids while training, so longer problems meet trained rows)")
-    attention_window: int = setting(0, "model", "local attention: each position sees only positions at most this "
+    attention_window: int = setting(2, "model", "local attention: each position sees only positions at most this "
                                     "far from its own (cross-attention: around the same column); 0 = everywhere")
     norm_first: bool = setting(True, "model", "pre-norm blocks")
     tie_embeddings: bool = setting(False, "model", "reuse the target embedding as the output projection")
@@ -72,7 +80,26 @@ class ArithmeticConfig:
             raise BadInput(f"dim {self.dim} must be a multiple of {{field}} ({self.heads})", field="heads")
         if not self.ops or set(self.ops) - set("+-"):
             raise BadInput(f"{{field}} must be made of '+' and '-', not {self.ops!r}", field="ops")
+        if not 0 <= self.train_digits <= self.digits:
+            raise BadInput(f"{{field}} must be between 0 (= digits) and digits ({self.digits}), not "
+                           f"{self.train_digits}", field="train_digits")
         self.answer_format()  # digits, source_style: checked by the format itself
+
+    @staticmethod
+    def narrow(values: dict[str, Any]) -> dict[str, tuple[Any, str]]:
+        """What one setting rules out in another (:func:`kformer.config.build_config` applies it
+        when the one was given after the other): ``train_digits`` at most ``digits``;
+        ``mixed_lengths`` only with a column source style and reversed answers."""
+        from kformer.data.arithmetic import COLUMN_STYLES
+
+        narrowed: dict[str, tuple[Any, str]] = {}
+        if values["train_digits"] > values["digits"]:
+            narrowed["train_digits"] = (values["digits"], "digits")
+        if values["mixed_lengths"] and values["source_style"] not in COLUMN_STYLES:
+            narrowed["mixed_lengths"] = (False, "source_style")
+        elif values["mixed_lengths"] and not values["reverse_answer"]:
+            narrowed["mixed_lengths"] = (False, "reverse_answer")
+        return narrowed
 
     def answer_format(self):
         """The :class:`~kformer.data.arithmetic.ArithmeticFormat` these settings describe."""

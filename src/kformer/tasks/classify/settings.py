@@ -57,8 +57,7 @@ class ClassifyConfig:
         False, "model", "once the mix weight is chosen, fit the wide part again on the training and validation "
         "texts together (same C; its time counts in max_minutes; on in the banking77-minilm and imdb-best recipes)")
     wide_ngrams: int = setting(2, "model", "longest word n-gram of the wide part: 1 (words), 2 (words and word "
-                               "pairs) or 3 (also triples: on IMDB the part alone 91.1 % instead of 90.9 %, in twice "
-                               "its fit time)")
+                               "pairs) or 3 (also triples, in twice its fit time)")
     dim: int | Auto = setting(AUTO, "model", "model width")
     heads: int | Auto = setting(AUTO, "model", "attention heads")
     ff_dim: int | Auto = setting(AUTO, "model", "feed-forward width")
