@@ -289,7 +289,7 @@ def _dropout(config: ClassifyConfig, stats: DataStats) -> tuple[float, str]:
     return DROPOUT, f"{per_class:.0f} training rows per class"
 
 
-@RULES.rule("refit", summary="off (not yet measured on validation: bench/auto_rules.py decides it)")
+@RULES.rule("refit", summary="off (bench/auto_rules.py compares it on validation)")
 def _refit(config: ClassifyConfig, stats: DataStats) -> tuple[bool, str]:
     return False, "the network trained on the training split alone is the one validation scored"
 
