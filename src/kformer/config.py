@@ -31,7 +31,7 @@ import tomllib
 import types
 import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from kformer.auto import AUTO, Auto  # noqa: F401  (re-exported: every settings class is declared with them)
 from kformer.errors import BadInput
@@ -273,34 +273,20 @@ def make_config(config_cls, task: str, recipe: str | os.PathLike | None = None, 
 
 # --- recipes from Python ----------------------------------------------------------------------------
 
-_TASK_CLASSES: dict[str, type] = {}
 
+class TaskSettings:
+    """What every task's settings dataclass inherits: its ``task`` name and :meth:`from_recipe`."""
 
-def register_task(task: str, config_cls) -> None:
-    """Make ``config_cls`` the settings of ``task``: it gets ``from_recipe`` (:func:`from_recipe`),
-    and :func:`recipe` builds it for that task's recipes. Each task package calls this once."""
-    _TASK_CLASSES[task] = config_cls
-    config_cls.task = task
-    config_cls.from_recipe = classmethod(from_recipe)
+    task: ClassVar[str]
 
-
-def from_recipe(config_cls, name: str | os.PathLike, **overrides):
-    """``config_cls`` from a shipped recipe ``name`` (or a TOML path), then ``overrides``, as the
-    ``--recipe`` flag and the setting flags build it (like KerasHub's ``from_preset``):
-    ``ClassifyConfig.from_recipe("tickets", epochs=2)``."""
-    return make_config(config_cls, config_cls.task, name, overrides)
+    @classmethod
+    def from_recipe(cls, name: str | os.PathLike, **overrides):
+        """The settings of a shipped recipe ``name`` (or a TOML path), then ``overrides``, as the
+        ``--recipe`` flag and the setting flags build them (like KerasHub's ``from_preset``):
+        ``ClassifyConfig.from_recipe("tickets", epochs=2)``."""
+        return make_config(cls, cls.task, name, overrides)
 
 
 def recipe_task(name: str | os.PathLike) -> str | None:
     """The task recipe ``name`` (or a TOML path) is for: its ``task = "..."`` (None without one)."""
     return _read_toml(recipe_path(name)).get("task")
-
-
-def recipe(name: str | os.PathLike, **overrides):
-    """The settings of recipe ``name`` (or a TOML path) as its registered task's config object, with
-    ``overrides`` (:func:`from_recipe`); :func:`kformer.recipe` imports the task first."""
-    task = recipe_task(name)
-    if task not in _TASK_CLASSES:
-        raise BadInput(f"recipe {name} names no task kformer knows (task = {task!r}): use the task's "
-                       "Config.from_recipe", field="recipe")
-    return from_recipe(_TASK_CLASSES[task], name, **overrides)

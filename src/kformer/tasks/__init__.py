@@ -53,11 +53,14 @@ def load(folder: str | os.PathLike, **options):
 def recipe(name: str | os.PathLike, **overrides):
     """The settings of recipe ``name`` (shipped, or a TOML path naming its ``task``) as that task's
     config object, then ``overrides``: the same as ``ClassifyConfig.from_recipe(name, **overrides)``
-    for a classify recipe (:func:`kformer.config.from_recipe`)."""
-    from kformer.config import recipe as task_recipe
-    from kformer.config import recipe_task
+    for a classify recipe."""
+    from kformer.config import TaskSettings, recipe_task
 
     task = recipe_task(name)
-    if task in TASKS:
-        task_module(task)  # registers the task's settings class
-    return task_recipe(name, **overrides)
+    if task not in TASKS:
+        raise BadInput(f"recipe {name} names no task kformer knows (task = {task!r}); add task = \"classify\", "
+                       "\"translate\" or \"arithmetic\", or use that task's Config.from_recipe", field="recipe")
+    module = task_module(task)
+    config_cls = next(value for value in vars(module).values()
+                      if isinstance(value, type) and issubclass(value, TaskSettings) and value.task == task)
+    return config_cls.from_recipe(name, **overrides)

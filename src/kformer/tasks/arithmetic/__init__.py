@@ -17,10 +17,9 @@ One module a job: :mod:`.settings` (:class:`ArithmeticConfig`), :mod:`.model` (t
 :class:`ArithmeticModel` and the folder format), :mod:`.train` (the training run).
 """
 
-from kformer.config import register_task
 from kformer.tasks.arithmetic.exported import ExportedArithmetic, load_export
 from kformer.tasks.arithmetic.model import ArithmeticModel, load
-from kformer.tasks.arithmetic.settings import TASK, ArithmeticConfig
+from kformer.tasks.arithmetic.settings import ArithmeticConfig
 from kformer.tasks.arithmetic.train import train
 
 solve = ArithmeticModel.solve
@@ -30,4 +29,3 @@ attention_maps = ArithmeticModel.attention_maps
 __all__ = ["ArithmeticConfig", "ArithmeticModel", "ExportedArithmetic", "attention_maps", "evaluate", "load",
            "load_export", "solve", "train"]
 
-register_task(TASK, ArithmeticConfig)  # ArithmeticConfig.from_recipe(name, **overrides), kformer.recipe(name)

@@ -4,16 +4,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from kformer.config import setting
+from kformer.config import TaskSettings, setting
 from kformer.errors import BadInput
 
 TASK = "arithmetic"
 
 
 @dataclass(frozen=True)
-class ArithmeticConfig:
+class ArithmeticConfig(TaskSettings):
     """Settings of an arithmetic run (recipe sections ``[data]``, ``[model]``, ``[training]``).
 
     The defaults are what ``kformer train arithmetic`` and ``kformer demo`` train: operands of up to
@@ -22,6 +22,8 @@ class ArithmeticConfig:
     columns, and abacus positions with local attention (2 columns and 2 digits either way) make
     what it learns the same at every place, so it is right on operands of up to 8 digits too.
     Every batch is fresh problems, so there is no dropout."""
+
+    task: ClassVar[str] = TASK
 
     digits: int = setting(8, "data", "most digits per operand the model accepts (up to 100)")
     ops: str = setting("+-", "data", "operators, from '+-'", metavar="OPS")

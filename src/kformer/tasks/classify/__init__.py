@@ -19,11 +19,10 @@ n-gram part beside it), :mod:`.calibration` (the unknown route's threshold), :mo
 (what an export holds), :mod:`.train` (the training run).
 """
 
-from kformer.config import register_task
 from kformer.tasks.classify.data import Data, as_labelled
 from kformer.tasks.classify.exported import ExportedClassifier, load_export
 from kformer.tasks.classify.model import Classifier, load
-from kformer.tasks.classify.settings import TASK, ClassifyConfig
+from kformer.tasks.classify.settings import ClassifyConfig
 from kformer.tasks.classify.train import train
 
 predict = Classifier.predict
@@ -33,4 +32,3 @@ attention_maps = Classifier.attention_maps
 __all__ = ["Classifier", "ClassifyConfig", "Data", "ExportedClassifier", "as_labelled", "attention_maps", "evaluate",
            "load", "load_export", "predict", "train"]
 
-register_task(TASK, ClassifyConfig)  # ClassifyConfig.from_recipe(name, **overrides), kformer.recipe(name)

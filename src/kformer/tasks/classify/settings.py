@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from kformer.auto import Rules
-from kformer.config import AUTO, Auto, coerce, setting
+from kformer.config import AUTO, Auto, TaskSettings, coerce, setting
 from kformer.errors import BadInput
 from kformer.tasks.classify.auto import RULES
 from kformer.tasks.classify.calibration import KEEP
@@ -20,8 +20,10 @@ SCRATCH_BACKBONES = ("scratch", "bert-scratch")
 
 
 @dataclass(frozen=True)
-class ClassifyConfig:
+class ClassifyConfig(TaskSettings):
     """Every setting of a classify run (recipe sections ``[data]``, ``[model]``, ``[training]``)."""
+
+    task: ClassVar[str] = TASK
 
     rules: ClassVar[Rules] = RULES  # what each "auto" setting becomes
     # what a recipe that does not name these gets (:func:`kformer.config.make_config`): recipes

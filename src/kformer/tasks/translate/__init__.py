@@ -23,12 +23,11 @@ folder format), :mod:`.train` (the training run), :mod:`.retrieval` (kNN-MT: the
 folder and the choice of its weights).
 """
 
-from kformer.config import register_task
 from kformer.tasks.translate.exported import ExportedTranslator, load_export
 from kformer.tasks.translate.model import MAX_REPEAT, Translator, check_decoding, load, save
 from kformer.tasks.translate.pairs import PairData, read_pair_data
 from kformer.tasks.translate.retrieval import Datastore, build_retrieval, remove_retrieval
-from kformer.tasks.translate.settings import TASK, TranslateConfig
+from kformer.tasks.translate.settings import TranslateConfig
 from kformer.tasks.translate.train import train
 
 translate = Translator.translate
@@ -39,4 +38,3 @@ __all__ = ["Datastore", "ExportedTranslator", "MAX_REPEAT", "PairData", "Transla
            "check_decoding", "evaluate", "load", "load_export", "read_pair_data", "build_retrieval", "remove_retrieval",
            "save", "train", "translate"]
 
-register_task(TASK, TranslateConfig)  # TranslateConfig.from_recipe(name, **overrides), kformer.recipe(name)

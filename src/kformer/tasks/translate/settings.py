@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from kformer.auto import Rules
-from kformer.config import AUTO, Auto, setting
+from kformer.config import AUTO, Auto, TaskSettings, setting
 from kformer.errors import BadInput
 from kformer.tasks.translate.auto import RULES
 
@@ -16,8 +16,10 @@ TASK = "translate"
 
 
 @dataclass(frozen=True)
-class TranslateConfig:
+class TranslateConfig(TaskSettings):
     """Settings of a translation run (recipe sections ``[data]``, ``[model]``, ``[training]``)."""
+
+    task: ClassVar[str] = TASK
 
     rules: ClassVar[Rules] = RULES
     # what a recipe that names neither gets: recipes measured before these settings had "auto"
