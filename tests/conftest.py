@@ -19,7 +19,7 @@ kformer.setup()  # what the `kformer` command does at start-up: backend, TensorF
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 # fixtures that train models for the tests that use them (each module names its own)
 TRAINED_FIXTURES = {"tiny_models", "trained", "readme_run", "runs", "folders", "tickets", "classifier", "translator",
-                    "served", "real_models", "models", "wide_folder", "saved"}
+                    "served", "real_models", "models", "wide_folder", "saved", "ood_folder", "tiny"}
 
 
 def pytest_collection_modifyitems(items):

@@ -167,6 +167,7 @@ def test_bert_scratch_backbone_with_valid_file_class_weights_and_smoothing(ticke
         classifier.attention_maps("my laptop")
 
 
+@pytest.mark.slow  # builds a BERT classifier: seconds
 def test_bert_path_batches_are_token_ids_cut_to_length_and_shuffled_every_epoch():
     import numpy as np
 

@@ -79,15 +79,26 @@ def _encodable(text: str) -> bool:
 def _assert_labelled_or_error(path: Path) -> None:
     """The property of every reader: rows of non-empty, valid text, or a KformerError
     (and no library warning on the way: a pandas warning is not a message for users)."""
+    from unittest import mock
+
+    import kformer.data.readers as readers
+
+    told: list[str] = []
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), mock.patch.object(readers, "_warn", told.append):
             warnings.simplefilter("error")
             data = read_labelled(path)
     except KformerError as exc:
         assert str(exc).strip() and "\n" not in str(exc).strip(), f"not a one-line message: {exc!r}"
     else:
         assert len(data.texts) == len(data.labels) > 0
-        assert data.dropped >= 0
+        # the rows it dropped are the rows the user is told about: "dropped N of T rows", N = T - kept
+        said = [re.search(r"dropped (\d+) of (\d+) rows", message) for message in told]
+        if data.dropped:
+            assert len(said) == 1 and said[0], told
+            assert int(said[0][1]) == data.dropped == int(said[0][2]) - len(data.texts)
+        else:
+            assert not any(said), told
         for value in data.texts + data.labels:
             assert isinstance(value, str) and value and value == value.strip()
             assert _encodable(value), f"a reader returned text that is not valid Unicode: {value!r}"
@@ -207,6 +218,32 @@ def test_jsonl_like_files_give_rows_or_a_kformer_error(workdir, raw, gz):
         path, raw = workdir / "j.jsonl.gz", _gz(raw, gz)
     path.write_bytes(raw)
     _assert_labelled_or_error(path)
+
+
+# Cells that are sometimes blank (empty or spaces only): the rows a reader must drop and count.
+MAYBE_BLANK = st.text("ab é ", max_size=4)
+
+
+@fuzz(60)
+@given(rows=st.lists(st.tuples(MAYBE_BLANK, MAYBE_BLANK | st.none()), min_size=1, max_size=8),
+       kind=st.sampled_from(["tsv", "jsonl"]))
+@example(rows=[("a", " "), ("", "b"), ("ok", "x"), (" ", None)], kind="jsonl")
+def test_blank_rows_are_dropped_and_counted_exactly(workdir, rows, kind):
+    """``dropped``: exactly the rows whose text or label is blank (JSONL: or null)."""
+    path = workdir / f"blank.{kind}"
+    if kind == "tsv":
+        rows = [(text, "" if label is None else label) for text, label in rows]
+        path.write_text("text\tlabel\n" + "".join(f"{t}\t{lb}\n" for t, lb in rows), encoding="utf-8")
+    else:
+        path.write_text("".join(json.dumps({"text": t, "label": lb}) + "\n" for t, lb in rows), encoding="utf-8")
+    kept = [(t.strip(), lb.strip()) for t, lb in rows if t.strip() and lb is not None and lb.strip()]
+    if not kept:
+        with pytest.raises(KformerError, match="empty text or label|no rows"):
+            read_labelled(path)
+        return
+    data = read_labelled(path)
+    assert list(zip(data.texts, data.labels, strict=True)) == kept
+    assert data.dropped == len(rows) - len(kept)
 
 
 @fuzz(80)

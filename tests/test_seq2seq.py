@@ -48,6 +48,7 @@ def test_logits_shape_and_padding_does_not_leak(options):
     assert np.abs(later[0, 3:] - logits[0, 3:]).max() > 1e-4
 
 
+@pytest.mark.slow  # decodes greedily with and without the cache: seconds
 @pytest.mark.parametrize("positions", ["abacus", "randomized"])
 def test_extrapolating_positions_are_random_while_training_only_and_decode_alike_with_the_cache(positions,
                                                                                                  monkeypatch):
@@ -96,6 +97,7 @@ def test_keras_round_trip_keeps_logits_and_decoded_tokens(tmp_path):
     np.testing.assert_array_equal(greedy_decode(loaded, source, 7), greedy_decode(model, source, 7))
 
 
+@pytest.mark.slow  # saves and reloads a .keras model: seconds
 def test_dtype_policy_survives_the_config_and_a_keras_round_trip(tmp_path):
     model = _model(encoder_layers=1, decoder_layers=1, dtype="mixed_bfloat16")
     assert model.dtype_policy.name == "mixed_bfloat16"

@@ -40,7 +40,20 @@ def test_train_resume_load_solve_and_explain(tmp_path):
     assert isinstance(model, arithmetic.ArithmeticModel) and model.task == "arithmetic"
     problems = ["12+34", "99-5", (7, "-", 80)]
     answers = model.solve(problems)
-    assert len(answers) == 3 and all(a is None or isinstance(a, int) for a in answers)
+    # each answer is what the network writes, read by the format: an int where it wrote a number
+    # (a few training steps may write none: None); greedy decoding gives the same, row by row
+    from kformer.models.generation import greedy_decode
+
+    fmt = model.format
+    written = greedy_decode(model.model, fmt.encode_sources([(12, "+", 34), (99, "-", 5), (7, "-", 80)]),
+                            fmt.target_length)
+    assert answers == [fmt.decode_answer(row) for row in written] and len(answers) == 3
+    # the format reads a written answer to its value, and text that is no number to None
+    right = fmt.vocabulary.encode(fmt.answer_text(46, fmt.width(12, 34)))
+    assert fmt.decode_answer(right) == 46 and fmt.decode_answer([]) is None
+    with pytest.raises(BadInput) as caught:
+        model.solve(["12+34", "12*34"])  # a malformed problem: an error naming it, not an answer
+    assert caught.value.field == "problems[1]"
     assert model.solve(problems[::-1]) == answers[::-1]  # batching and order do not change answers
     report = model.evaluate(["12+34=46", "99-5=94"])
     assert report["n"] == 2 and report["exact_match"] == pytest.approx(((answers[0] == 46) + (answers[1] == 94)) / 2)

@@ -75,7 +75,7 @@ def test_time_budget_stops_training(tmp_path):
     # Fits would take 500 epochs * 2 batches * 20 ms = 20 s without the budget.
     assert result.stopped_by_budget
     assert result.epochs_run < 50
-    assert result.seconds < 5
+    assert result.seconds < 15  # the 0.3 s budget plus building the step: room for a machine 3x slower
 
 
 class _SlowValidation(keras.callbacks.Callback):
