@@ -187,6 +187,7 @@ def test_tuned_linear_baseline_chooses_on_valid_and_refits_on_train_and_valid(mo
 
     monkeypatch.setattr(baselines, "_vectorizer", Vectorizer)
     monkeypatch.setattr(baselines, "_linear_model", Model)
+    monkeypatch.setattr(baselines, "TUNED_JOBS", 1)  # the grid in this process, where the stand-ins are
     train = ([f"train {i}" for i in range(6)], ["x"] * 6)
     valid = ([f"valid {i}" for i in range(4)], ["valid's"] * 4)
     test = ([f"test {i}" for i in range(3)], ["test's"] * 3)
