@@ -119,7 +119,13 @@ def check_python_api(namespace: dict) -> None:
     assert encoder.shape[:2] == (1, 2) and encoder.shape[2] == encoder.shape[3] == 5
     np.testing.assert_allclose(encoder.sum(axis=-1), 1.0, atol=1e-5)
 
-    assert isinstance(namespace["spanish"], Translator) and 0.0 <= namespace["bleu"] <= 100.0
+    import sacrebleu
+
+    spanish, held = namespace["spanish"], namespace["pairs"][:3]
+    assert isinstance(spanish, Translator)
+    hypotheses = spanish.translate([source for source, _ in held])  # evaluate's score is sacrebleu's on these
+    expected = sacrebleu.corpus_bleu(hypotheses, [[target for _, target in held]]).score
+    assert namespace["bleu"] == pytest.approx(expected, abs=1e-6)
     cross = namespace["cross"]
     assert cross.ndim == 4 and cross.shape[:2] == (1, 2)
     np.testing.assert_allclose(cross.sum(axis=-1), 1.0, atol=1e-5)
