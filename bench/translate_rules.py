@@ -1,7 +1,7 @@
 """The translation ``auto`` batch and rate rules re-derived on validation pairs only.
 
     flock /tmp/kformer-bench.lock python -m bench.translate_rules [--corpora en-ta,en-es] [--minutes 4]
-        [--seeds 1] [--no-record]
+        [--epochs N] [--seeds 1] [--no-record]
 
 The batch rule (``batch_tokens``: a power of two giving at least ``MIN_UPDATES`` updates) and the
 per-size peak rates of :mod:`kformer.tasks.translate.auto` were placed by test chrF; here they
@@ -75,9 +75,9 @@ def _row(corpus: str, seed: int, system: str, run: dict) -> dict:
             "auto": {name: auto[name] for name in ("batch_tokens", "learning_rate") if name in auto}}
 
 
-def check(corpus: str, seed: int, minutes: float, scratch: Path) -> list[dict]:
+def check(corpus: str, seed: int, minutes: float | None, epochs: int | None, scratch: Path) -> list[dict]:
     train, valid = CORPORA[corpus]()
-    base = {"max_minutes": minutes, "seed": seed}
+    base = {"seed": seed, **({"epochs": epochs} if epochs else {"max_minutes": minutes})}
     auto = _run(train, valid, base, scratch / f"{corpus}-{seed}-auto")
     rows = [_row(corpus, seed, "auto", auto)]
     print(rows[-1], flush=True)
@@ -115,6 +115,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpora", default=",".join(CORPORA), help=f"comma-separated, of {', '.join(CORPORA)}")
     parser.add_argument("--minutes", type=float, default=4.0, help="max_minutes of every run")
+    parser.add_argument("--epochs", type=int, default=None,
+                        help="train every run for this many epochs instead of --minutes (the runs then do the same "
+                        "work whatever else the machine is doing)")
     parser.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1")
     parser.add_argument("--no-record", action="store_true", help="print the table, do not append to BENCHMARKS.md")
     args = parser.parse_args()
@@ -125,9 +128,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="kformer-translate-rules-") as scratch:
         for corpus in names:
             for seed in range(args.seeds):
-                rows += check(corpus, seed, args.minutes, Path(scratch))
-    notes = (f"Validation pairs only (no test pair read): every run on the same training pairs for {args.minutes:g} "
-             "minutes (max_minutes), retrieval off, greedy chrF on validation pairs training never sees. 'auto' is every "
+                rows += check(corpus, seed, args.minutes, args.epochs, Path(scratch))
+    budget = f"{args.epochs} epochs (early stopping on)" if args.epochs else f"{args.minutes:g} minutes (max_minutes)"
+    notes = (f"Validation pairs only (no test pair read): every run on the same training pairs for {budget}, retrieval off, greedy chrF on validation pairs training never sees. 'auto' is every "
              "setting auto; each other row changes one setting from auto's choice. en-ta: TICO-19 validation documents "
              "(bench/en_ta_levers.py's split); en-es: 500 English sentences held out of bench/en_es.py's training side.")
     record_or_print("Translation batch and rate rules re-derived on validation (issue 33)", summary(rows), notes,

@@ -22,6 +22,7 @@ still stops a run that was underestimated (ending at a low learning rate, which 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kformer.auto import AutoChoices, Rules
+from kformer.auto import AUTO, AutoChoices, Rules
 from kformer.data.batching import bucket_width
 from kformer.text.vocabulary import RESERVED_TOKENS
 from kformer.text.words import split_words
@@ -289,35 +290,59 @@ def _dropout(config: ClassifyConfig, stats: DataStats) -> tuple[float, str]:
     return DROPOUT, f"{per_class:.0f} training rows per class"
 
 
-@RULES.rule("refit", summary="off (bench/auto_rules.py compares it on validation)")
+@RULES.rule("refit", summary="on for networks learned from scratch when max_minutes (if any) holds the epochs the "
+            "data asks for twice; off for pretrained backbones, with calibrate or freeze")
 def _refit(config: ClassifyConfig, stats: DataStats) -> tuple[bool, str]:
-    return False, "the network trained on the training split alone is the one validation scored"
+    # bench/auto_rules.py (nested: chosen on an inner split, scored on validation texts no run saw; BENCHMARKS.md)
+    if config.calibrate or config.freeze:
+        return False, ("calibrate: the threshold is set on the validation texts" if config.calibrate else
+                       "freeze: a head on cached vectors")
+    if not config.scratch:
+        return False, f"backbone {config.backbone} is pretrained: a second fine-tuning would double a long run"
+    wanted = config.epochs if config.epochs != AUTO else data_epochs(config, stats)[0]
+    fit = budget_epochs(dataclasses.replace(config, refit=True), stats)
+    if fit is not None and fit < wanted:
+        return False, (f"max_minutes {config.max_minutes:g} holds {fit} epochs of both runs, fewer than the {wanted} the "
+                       "data asks for: one run trains longer instead")
+    return True, ("the validation texts are labelled data: once they have chosen the epoch and the wide part's weight, "
+                  "the network is trained again on training + validation texts")
 
 
 @RULES.rule("epochs", summary=f"about {TARGET_STEPS:,} optimizer steps and at most about {TARGET_TEXTS_SEEN:,} texts "
             f"seen, within {EPOCH_RANGE[0]}..{EPOCH_RANGE[1]} epochs; {PRETRAINED_EPOCHS} to fine-tune a pretrained "
             f"backbone; with max_minutes, no more than the epochs estimated to fit in {100 * BUDGET_SHARE:.0f} % of it "
-            "on a 2-core CPU")
+            "on a 2-core CPU (both runs with refit)")
 def _epochs(config: ClassifyConfig, stats: DataStats) -> tuple[int, str]:
-    steps = math.ceil(stats.rows / config.batch_size)
-    if config.scratch:
-        low, high = EPOCH_RANGE
-        by_steps, by_texts = math.ceil(TARGET_STEPS / steps), math.ceil(TARGET_TEXTS_SEEN / stats.rows)
-        epochs = min(high, max(low, min(by_steps, by_texts)))
-        why = (f"{steps} steps per epoch: about {TARGET_STEPS:,} steps in all" if by_steps <= by_texts else
-               f"{stats.rows:,} rows: about {TARGET_TEXTS_SEEN:,} texts seen in all (large sets overfit sooner)")
-        why += f", within {low}..{high} epochs"
-    else:
-        epochs, why = PRETRAINED_EPOCHS, "fine-tuning a pretrained backbone: a few epochs"
-    if config.max_minutes is None:
+    epochs, why = data_epochs(config, stats)
+    fit = budget_epochs(config, stats)
+    if fit is None:
         return epochs, why
     seconds = epoch_seconds(stats, config, token_scale(config))
-    plan = max(config.max_minutes * 60.0 * BUDGET_SHARE - BUDGET_SETUP_S, 0.0)
-    fit = max(1, round(plan / seconds))  # the nearest whole number: an epoch begun is mostly run
     estimate = f"max_minutes {config.max_minutes:g} (about {seconds:.0f} s per epoch estimated on a 2-core CPU)"
     if fit < epochs:
         return fit, f"{why}; cut to {fit} to fit {estimate}"
     return epochs, f"{why}; fits {estimate}"
+
+
+def data_epochs(config: ClassifyConfig, stats: DataStats) -> tuple[int, str]:
+    """The epochs the data asks for, before any time budget, and why."""
+    if not config.scratch:
+        return PRETRAINED_EPOCHS, "fine-tuning a pretrained backbone: a few epochs"
+    steps = math.ceil(stats.rows / config.batch_size)
+    low, high = EPOCH_RANGE
+    by_steps, by_texts = math.ceil(TARGET_STEPS / steps), math.ceil(TARGET_TEXTS_SEEN / stats.rows)
+    why = (f"{steps} steps per epoch: about {TARGET_STEPS:,} steps in all" if by_steps <= by_texts else
+           f"{stats.rows:,} rows: about {TARGET_TEXTS_SEEN:,} texts seen in all (large sets overfit sooner)")
+    return min(high, max(low, min(by_steps, by_texts))), f"{why}, within {low}..{high} epochs"
+
+
+def budget_epochs(config: ClassifyConfig, stats: DataStats) -> int | None:
+    """The whole epochs estimated to fit ``max_minutes`` (None without one), at least 1."""
+    if config.max_minutes is None:
+        return None
+    seconds = epoch_seconds(stats, config, token_scale(config))
+    plan = max(config.max_minutes * 60.0 * BUDGET_SHARE - BUDGET_SETUP_S, 0.0)
+    return max(1, round(plan / seconds))  # the nearest whole number: an epoch begun is mostly run
 
 
 @RULES.rule("patience", summary=f"a quarter of the epochs, at least {MIN_PATIENCE}")
