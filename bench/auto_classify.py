@@ -30,7 +30,7 @@ from bench.baselines import (
     tuned_linear_baseline,
     wide_columns,
 )
-from bench.harness import record_or_print, require_shared_data
+from bench.harness import record_or_print, require_shared_data, sd, seed_groups
 
 # name -> (folder, train, valid or None, test, (baseline name, analyzer, n-grams, model))
 DATASETS = {
@@ -105,28 +105,21 @@ def seed_summary(rows: list[dict]) -> list[dict]:
     validation (the wide rule's check) and the settings auto chose."""
     import statistics
 
-    def sd(values):
-        return statistics.stdev(values) if len(values) > 1 else 0.0
-
     out = []
-    for name in dict.fromkeys(row["dataset"] for row in rows):
-        of = [row for row in rows if row["dataset"] == name]
-        tuned = {row["seed"]: row["accuracy"] for row in of if row["system"] == "tuned linear baseline"}
-        for system in dict.fromkeys(row["system"] for row in of):
-            runs = [row for row in of if row["system"] == system]
-            margin = [100 * (row["accuracy"] - tuned[row["seed"]]) for row in runs]
-            summary = {"dataset": name, "system": system, "seeds": len(runs),
-                       "accuracy": statistics.mean(row["accuracy"] for row in runs),
-                       "accuracy_sd (points)": 100 * sd([row["accuracy"] for row in runs]),
-                       "macro_f1": statistics.mean(row["macro_f1"] for row in runs),
-                       "− tuned baseline (points)": f"{statistics.mean(margin):+.2f} ± {sd(margin):.2f}",
-                       "accuracy per seed": ", ".join(f"{100 * row['accuracy']:.2f}" for row in runs),
-                       "train_s": statistics.mean(row["train_s"] for row in runs)}
-            for column in ("chosen", "valid: transformer / wide / mix", "auto settings"):
-                values = [str(row[column]) for row in runs if column in row]
-                if values:
-                    summary[column] = " | ".join(dict.fromkeys(values))
-            out.append(summary)
+    for name, system, runs, diff in seed_groups(rows, "dataset", "tuned linear baseline", "accuracy"):
+        margin = [100 * d for d in diff]
+        summary = {"dataset": name, "system": system, "seeds": len(runs),
+                   "accuracy": statistics.mean(row["accuracy"] for row in runs),
+                   "accuracy_sd (points)": 100 * sd([row["accuracy"] for row in runs]),
+                   "macro_f1": statistics.mean(row["macro_f1"] for row in runs),
+                   "− tuned baseline (points)": f"{statistics.mean(margin):+.2f} ± {sd(margin):.2f}",
+                   "accuracy per seed": ", ".join(f"{100 * row['accuracy']:.2f}" for row in runs),
+                   "train_s": statistics.mean(row["train_s"] for row in runs)}
+        for column in ("chosen", "valid: transformer / wide / mix", "auto settings"):
+            values = [str(row[column]) for row in runs if column in row]
+            if values:
+                summary[column] = " | ".join(dict.fromkeys(values))
+        out.append(summary)
     return out
 
 

@@ -35,7 +35,13 @@ import tempfile
 from pathlib import Path
 
 from bench.auto_classify import DATASETS
-from bench.harness import record_or_print, require_shared_data
+from bench.harness import (
+    mark_best_alternative,
+    record_or_print,
+    require_shared_data,
+    sd,
+    seed_groups,
+)
 
 
 def _epochs(auto: dict, rows: int, steps_scale: float = 1.0, texts_scale: float = 1.0) -> int | None:
@@ -142,29 +148,19 @@ def _append_rows(path: Path | None, rows: list[dict]) -> None:
 def summary(rows: list[dict]) -> list[dict]:
     """Per dataset and system: mean outer-validation accuracy over the seeds, and the mean ± sd of
     the per-seed difference from auto (points)."""
-    def sd(values):
-        return statistics.stdev(values) if len(values) > 1 else 0.0
-
-    out = []
-    for name in dict.fromkeys(row["dataset"] for row in rows):
-        of = [row for row in rows if row["dataset"] == name]
-        auto = {row["seed"]: row["valid_accuracy"] for row in of if row["system"] == "auto"}
-        for system in dict.fromkeys(row["system"] for row in of):
-            runs = [row for row in of if row["system"] == system]
-            diff = [100 * (row["valid_accuracy"] - auto[row["seed"]]) for row in runs]
-            out.append({"dataset": name, "system": system, "role": "auto" if system == "auto" else "alternative",
-                        "seeds": len(runs),
-                        "valid_accuracy": statistics.mean(row["valid_accuracy"] for row in runs),
-                        "− auto (points)": f"{statistics.mean(diff):+.2f} ± {sd(diff):.2f}",
-                        "per seed": ", ".join(f"{100 * row['valid_accuracy']:.2f}" for row in runs),
-                        "inner_valid_accuracy": statistics.mean(row["inner_valid_accuracy"] for row in runs),
-                        "epochs": " | ".join(dict.fromkeys(str(row["epochs"]) for row in runs)),
-                        "settings": " | ".join(dict.fromkeys(row["settings"] for row in runs)),
-                        "train_s": statistics.mean(row["train_s"] for row in runs)})
-        alternatives = [row for row in out if row["dataset"] == name and row["role"] == "alternative"]
-        if alternatives:  # the summary's baseline: the strongest challenger, whichever it is
-            max(alternatives, key=lambda row: row["valid_accuracy"])["role"] = "best alternative"
-    return out
+    out: list[dict] = []
+    for name, system, runs, diff in seed_groups(rows, "dataset", "auto", "valid_accuracy"):
+        out.append({"dataset": name, "system": system, "role": "auto" if system == "auto" else "alternative",
+                    "seeds": len(runs), "valid_accuracy": statistics.mean(row["valid_accuracy"] for row in runs),
+                    "− auto (points)": f"{100 * statistics.mean(diff):+.2f} ± {100 * sd(diff):.2f}",
+                    "per seed": ", ".join(f"{100 * row['valid_accuracy']:.2f}" for row in runs),
+                    "inner_valid_accuracy": statistics.mean(row["inner_valid_accuracy"] for row in runs),
+                    "epochs": " | ".join(dict.fromkeys(str(row["epochs"]) for row in runs)),
+                    "settings": " | ".join(dict.fromkeys(row["settings"] for row in runs)),
+                    "train_s": statistics.mean(row["train_s"] for row in runs)})
+    names = dict.fromkeys(row["dataset"] for row in out)
+    return [row for name in names for row in mark_best_alternative([r for r in out if r["dataset"] == name],
+                                                                  "valid_accuracy")]
 
 
 def main() -> None:

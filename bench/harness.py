@@ -197,6 +197,33 @@ def record_or_print(title: str, rows: Sequence[dict], notes: str = "", *, record
     return text
 
 
+def seed_groups(rows: Sequence[dict], group: str, reference: str, metric: str):
+    """For each value of ``group`` and each ``system`` (first-seen order): ``(value, system, its
+    rows, per-seed difference of ``metric`` from the ``reference`` system's row of the same seed)``.
+    How every multi-seed table compares its rows."""
+    for value in dict.fromkeys(row[group] for row in rows):
+        of = [row for row in rows if row[group] == value]
+        base = {row["seed"]: row[metric] for row in of if row["system"] == reference}
+        for system in dict.fromkeys(row["system"] for row in of):
+            runs = [row for row in of if row["system"] == system]
+            yield value, system, runs, [row[metric] - base[row["seed"]] for row in runs]
+
+
+def sd(values: Sequence[float]) -> float:
+    """The sample standard deviation, 0 for fewer than two values."""
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def mark_best_alternative(table: list[dict], metric: str) -> list[dict]:
+    """``table`` (rows with ``role`` "auto" or "alternative", of one group) with the alternative of
+    the highest ``metric`` marked "best alternative": a rule bench's strongest challenger, which
+    the summary sets beside auto whichever it is."""
+    alternatives = [row for row in table if row["role"] == "alternative"]
+    if alternatives:
+        max(alternatives, key=lambda row: row[metric])["role"] = "best alternative"
+    return table
+
+
 def _module_name() -> str:
     main = Path(sys.argv[0]).resolve()
     try:

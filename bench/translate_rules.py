@@ -26,7 +26,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from bench.harness import record_or_print, require_shared_data
+from bench.harness import mark_best_alternative, record_or_print, require_shared_data, seed_groups
 
 ALTERNATIVES = {  # name: auto's choices -> the settings it changes
     "batch_tokens x2": lambda auto: {"batch_tokens": 2 * auto["batch_tokens"]["value"]},
@@ -90,25 +90,19 @@ def check(corpus: str, seed: int, minutes: float | None, epochs: int | None, scr
 
 def summary(rows: list[dict]) -> list[dict]:
     """Per corpus and system: mean validation chrF over the seeds and the difference from auto."""
-    out = []
-    for corpus in dict.fromkeys(row["corpus"] for row in rows):
-        of = [row for row in rows if row["corpus"] == corpus]
-        auto = {row["seed"]: row["valid_chrf"] for row in of if row["system"] == "auto"}
-        for system in dict.fromkeys(row["system"] for row in of):
-            runs = [row for row in of if row["system"] == system]
-            out.append({"corpus": corpus, "system": system, "role": "auto" if system == "auto" else "alternative",
-                        "seeds": len(runs),
-                        "valid_chrf": statistics.mean(row["valid_chrf"] for row in runs),
-                        "− auto (chrF)": f"{statistics.mean(row['valid_chrf'] - auto[row['seed']] for row in runs):+.2f}",
-                        "valid_bleu": statistics.mean(row["valid_bleu"] for row in runs),
-                        "batch_tokens": " | ".join(dict.fromkeys(str(row["batch_tokens"]) for row in runs)),
-                        "learning_rate": " | ".join(dict.fromkeys(f"{row['learning_rate']:g}" for row in runs)),
-                        "model": " | ".join(dict.fromkeys(f"dim {row['dim']}, encoder {row['encoder']}" for row in runs)),
-                        "epochs_run": " | ".join(dict.fromkeys(str(row["epochs_run"]) for row in runs))})
-        alternatives = [row for row in out if row["corpus"] == corpus and row["role"] == "alternative"]
-        if alternatives:  # the summary's baseline: the strongest challenger
-            max(alternatives, key=lambda row: row["valid_chrf"])["role"] = "best alternative"
-    return out
+    out: list[dict] = []
+    for corpus, system, runs, diff in seed_groups(rows, "corpus", "auto", "valid_chrf"):
+        out.append({"corpus": corpus, "system": system, "role": "auto" if system == "auto" else "alternative",
+                    "seeds": len(runs), "valid_chrf": statistics.mean(row["valid_chrf"] for row in runs),
+                    "− auto (chrF)": f"{statistics.mean(diff):+.2f}",
+                    "valid_bleu": statistics.mean(row["valid_bleu"] for row in runs),
+                    "batch_tokens": " | ".join(dict.fromkeys(str(row["batch_tokens"]) for row in runs)),
+                    "learning_rate": " | ".join(dict.fromkeys(f"{row['learning_rate']:g}" for row in runs)),
+                    "model": " | ".join(dict.fromkeys(f"dim {row['dim']}, encoder {row['encoder']}" for row in runs)),
+                    "epochs_run": " | ".join(dict.fromkeys(str(row["epochs_run"]) for row in runs))})
+    corpora = dict.fromkeys(row["corpus"] for row in out)
+    return [row for corpus in corpora for row in mark_best_alternative([r for r in out if r["corpus"] == corpus],
+                                                                      "valid_chrf")]
 
 
 def main() -> None:

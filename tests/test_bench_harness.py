@@ -123,3 +123,15 @@ def test_every_recorded_run_has_a_headline_and_every_recording_script_a_rule():
                or "record_or_print(" in path.read_text(encoding="utf-8")}
     scripts -= {"bench.harness", "bench.baselines"}  # the harness itself; baselines.py reports for imdb/banking77/tickets
     assert scripts <= {rule.module for rule in summary.RULES}
+
+
+def test_seed_tables_compare_each_row_with_the_reference_of_its_own_seed():
+    rows = [{"set": "a", "seed": seed, "system": system, "score": score}
+            for seed, offset in ((0, 0.0), (1, 0.1)) for system, score in (("auto", 0.5 + offset), ("x", 0.6 + offset))]
+    groups = list(harness.seed_groups(rows, "set", "auto", "score"))
+    assert [(value, system, len(runs)) for value, system, runs, _ in groups] == [("a", "auto", 2), ("a", "x", 2)]
+    assert groups[1][3] == pytest.approx([0.1, 0.1])  # seed by seed, not against the mean
+    assert harness.sd([1.0]) == 0.0 and harness.sd([1.0, 3.0]) == pytest.approx(2 ** 0.5)
+    table = [{"role": "auto", "m": 9}, {"role": "alternative", "m": 1}, {"role": "alternative", "m": 3}]
+    assert [row["role"] for row in harness.mark_best_alternative(table, "m")] == ["auto", "alternative",
+                                                                                   "best alternative"]
