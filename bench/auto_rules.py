@@ -174,10 +174,14 @@ def main() -> None:
     parser.add_argument("--rows", type=Path, default=None, metavar="JSONL",
                         help="append each run's row to this file; rows already in it join the table (several runs, "
                         "e.g. more seeds for some alternatives, make one table)")
+    parser.add_argument("--table-only", action="store_true",
+                        help="train nothing: make the table of the rows already in --rows (runs made separately)")
     parser.add_argument("--no-record", action="store_true", help="print the table, do not append to BENCHMARKS.md")
     args = parser.parse_args()
+    if args.table_only:
+        args.seed_list, args.seeds = None, 0
     alternatives = [a.strip() for a in args.alternatives.split(",") if a.strip()]
-    names = [n.strip() for n in args.datasets.split(",") if n.strip()]
+    names = [] if args.table_only else [n.strip() for n in args.datasets.split(",") if n.strip()]
     unknown = sorted((set(alternatives) - set(ALTERNATIVES)) | (set(names) - set(DATASETS)))
     if unknown:
         parser.error(f"unknown dataset(s) or alternative(s): {', '.join(unknown)}")

@@ -22,7 +22,6 @@ still stops a run that was underestimated (ending at a low learning rate, which 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -31,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kformer.auto import AUTO, AutoChoices, Rules
+from kformer.auto import AutoChoices, Rules
 from kformer.data.batching import bucket_width
 from kformer.text.vocabulary import RESERVED_TOKENS
 from kformer.text.words import split_words
@@ -290,22 +289,13 @@ def _dropout(config: ClassifyConfig, stats: DataStats) -> tuple[float, str]:
     return DROPOUT, f"{per_class:.0f} training rows per class"
 
 
-@RULES.rule("refit", summary="on for networks learned from scratch when max_minutes (if any) holds the epochs the "
-            "data asks for twice; off for pretrained backbones, with calibrate or freeze")
+@RULES.rule("refit", summary="off: on validation the second run's gain was within noise on most data sets "
+            "(bench/auto_rules.py); give refit = true to use the validation texts for training")
 def _refit(config: ClassifyConfig, stats: DataStats) -> tuple[bool, str]:
-    # bench/auto_rules.py (nested: chosen on an inner split, scored on validation texts no run saw; BENCHMARKS.md)
-    if config.calibrate or config.freeze:
-        return False, ("calibrate: the threshold is set on the validation texts" if config.calibrate else
-                       "freeze: a head on cached vectors")
-    if not config.scratch:
-        return False, f"backbone {config.backbone} is pretrained: a second fine-tuning would double a long run"
-    wanted = config.epochs if config.epochs != AUTO else data_epochs(config, stats)[0]
-    fit = budget_epochs(dataclasses.replace(config, refit=True), stats)
-    if fit is not None and fit < wanted:
-        return False, (f"max_minutes {config.max_minutes:g} holds {fit} epochs of both runs, fewer than the {wanted} the "
-                       "data asks for: one run trains longer instead")
-    return True, ("the validation texts are labelled data: once they have chosen the epoch and the wide part's weight, "
-                  "the network is trained again on training + validation texts")
+    # bench/auto_rules.py, nested (chosen on an inner split, scored on validation texts no run saw), BENCHMARKS.md:
+    # HWU64 gained in 2 of 3 seeds, BANKING77 and IT tickets did not beyond noise; the rule changes only where an
+    # alternative wins beyond noise on at least two data sets.
+    return False, "the network trained on the training split alone is the one validation scored"
 
 
 @RULES.rule("epochs", summary=f"about {TARGET_STEPS:,} optimizer steps and at most about {TARGET_TEXTS_SEEN:,} texts "
