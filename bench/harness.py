@@ -216,7 +216,8 @@ def sd(values: Sequence[float]) -> float:
 
 def mark_best_alternative(table: list[dict], metric: str) -> list[dict]:
     """``table`` (rows with ``role`` "auto" or "alternative", of one group) with the alternative of
-    the highest ``metric`` marked "best alternative": a rule bench's strongest challenger, which
+    the highest ``metric`` (its paired difference from auto, so that alternatives run on fewer
+    seeds compare fairly) marked "best alternative": a rule bench's strongest challenger, which
     the summary sets beside auto whichever it is."""
     alternatives = [row for row in table if row["role"] == "alternative"]
     if alternatives:

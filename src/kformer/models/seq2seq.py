@@ -149,7 +149,10 @@ class Seq2SeqTransformer(keras.Model):
         source_positions = target_positions = None
         if self.position_ids is not None and training:  # one draw per row for source and target alike
             source_length, target_length = ops.shape(source_ids)[1], ops.shape(target_in)[1]
-            drawn = self.position_ids(source_ids, length=ops.maximum(source_length, target_length), training=True)
+            # static widths (JAX, fixed shapes) stay Python ints: a traced length cannot size the draw
+            longest = (max(source_length, target_length) if isinstance(source_length, int) and isinstance(target_length, int)
+                       else ops.maximum(source_length, target_length))
+            drawn = self.position_ids(source_ids, length=longest, training=True)
             source_positions, target_positions = drawn[:, :source_length], drawn[:, :target_length]
         encoder_outputs, source_mask = self.encode(source_ids, training=training, position_ids=source_positions)
         return self.decode(target_in, encoder_outputs, source_mask, training=training, position_ids=target_positions)
