@@ -176,6 +176,7 @@ def main() -> None:
                         "e.g. more seeds for some alternatives, make one table)")
     parser.add_argument("--table-only", action="store_true",
                         help="train nothing: make the table of the rows already in --rows (runs made separately)")
+    parser.add_argument("--note", default="", help="a sentence added to the table's notes (e.g. the runs it joins)")
     parser.add_argument("--no-record", action="store_true", help="print the table, do not append to BENCHMARKS.md")
     args = parser.parse_args()
     if args.table_only:
@@ -202,7 +203,7 @@ def main() -> None:
              "auto; each other row changes one setting from auto's choice (rows equal to auto are skipped). "
              "'− auto', 'sd': mean and standard deviation of the per-seed difference in outer-validation accuracy (paired by "
              "seed); 'best alternative' has the highest mean difference. train_s: wall clock beside other jobs, not a "
-             "speed measurement.")
+             "speed measurement." + (f" {args.note}" if args.note else ""))
     record_or_print("Classification auto rules checked on validation (issue 33)", summary(rows), notes,
                     record=not args.no_record)
 

@@ -86,7 +86,7 @@ RULES = (  # in the order of the summary's rows
     Rule("bench.auto_classify", "Classification with auto settings vs a tuned", "accuracy",
          {"system": "^kformer"}, {"system": "^tuned linear baseline$"}, split="dataset", args=("--minutes", "--seeds")),
     Rule("bench.auto_rules", "Classification auto rules", "valid_accuracy", {"role": "^auto$"},
-         {"role": "^best alternative$"}, split="dataset", args=("--minutes",)),
+         {"role": "^best alternative$"}, split="dataset"),
     Rule("bench.auto_classify", "Classification with auto settings", "accuracy",
          {"system": "^kformer"}, {"system": "^TF-IDF"}, split="dataset", args=("--minutes",)),
     Rule("bench.minilm", "BANKING77 MiniLM fine-tuning", "accuracy", {"system": r"^kformer(?!.*, seed \d)"},
