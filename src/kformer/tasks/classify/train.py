@@ -165,7 +165,7 @@ class ClassifyRun(skeleton.TrainingRun):
         threshold = None if calibration is None else calibration["threshold"]
         classifier = mixed.with_parts(wide=chosen, threshold=threshold, ood=ood)
         if fitted.final is not None:  # the refit network, its distance score fitted on every text it learned from
-            every = LabelledTexts([*train.texts, *valid.texts], [*train.labels, *valid.labels], train.source)
+            every = _together(train, valid)
             ood, _ = fit_ood(fitted.final, config, every, batch_size, valid, None, auto=False)
             classifier = fitted.final.with_parts(wide=chosen, threshold=None, ood=ood)
         return _Assembled(classifier, fitted.result, fitted.vocabulary, valid_scores, calibration, wide, fitted.refit)
@@ -314,8 +314,7 @@ def _refit_network(prepared: _Prepared, vocabulary: list[str] | None, first: Fit
     what is left of ``max_minutes`` after ``spent`` seconds. ``(None, why)`` when nothing is left."""
     config = prepared.config
     epochs = first.initial_epoch + first.epochs_run if first.best_epoch is None else first.best_epoch + 1
-    every = LabelledTexts([*prepared.train.texts, *prepared.valid.texts],
-                          [*prepared.train.labels, *prepared.valid.labels], prepared.train.source)
+    every = _together(prepared.train, prepared.valid)
     if config.max_minutes is not None:
         left = config.max_minutes - spent / 60.0
         if left < 0.05 * config.max_minutes:
@@ -325,6 +324,11 @@ def _refit_network(prepared: _Prepared, vocabulary: list[str] | None, first: Fit
     result = network.fit_without_validation(final, config, every, epochs, state_dir / "refit", progress)
     return final, {"epochs": epochs, "epochs_run": result.epochs_run, "rows": len(every),
                    "seconds": round(result.seconds, 2), "stopped_by_time_budget": result.stopped_by_budget}
+
+
+def _together(train: LabelledTexts, valid: LabelledTexts) -> LabelledTexts:
+    """The training and validation texts as one set: what a refit learns from."""
+    return LabelledTexts([*train.texts, *valid.texts], [*train.labels, *valid.labels], train.source)
 
 
 def _budget_left(config: ClassifyConfig, wide_seconds: float, train_rows: int, valid_rows: int) -> ClassifyConfig:
