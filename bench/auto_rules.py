@@ -28,7 +28,6 @@ changes where an alternative wins beyond noise on at least two data sets.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import tempfile
@@ -36,7 +35,9 @@ from pathlib import Path
 
 from bench.auto_classify import DATASETS
 from bench.harness import (
+    append_rows,
     mark_best_alternative,
+    read_rows,
     record_or_print,
     require_shared_data,
     sd,
@@ -133,18 +134,6 @@ def check(name: str, seed: int, minutes: float, alternatives: list[str], scratch
     return rows
 
 
-def _read_rows(path: Path | None) -> list[dict]:
-    if path is None or not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def _append_rows(path: Path | None, rows: list[dict]) -> None:
-    if path is not None:
-        with path.open("a", encoding="utf-8") as handle:
-            handle.writelines(json.dumps(row) + "\n" for row in rows)
-
-
 def summary(rows: list[dict]) -> list[dict]:
     """Per dataset and system: mean outer-validation accuracy over the seeds, and the mean ± sd of
     the per-seed difference from auto (points)."""
@@ -187,13 +176,13 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown dataset(s) or alternative(s): {', '.join(unknown)}")
     seeds = [int(s) for s in args.seed_list.split(",")] if args.seed_list else list(range(args.seeds))
-    rows = _read_rows(args.rows)
+    rows = read_rows(args.rows)
     with tempfile.TemporaryDirectory(prefix="kformer-rules-") as scratch:
         for name in names:
             for seed in seeds:
                 done = [row for row in rows if (row["dataset"], row["seed"], row["system"]) == (name, seed, "auto")]
                 new = check(name, seed, args.minutes, alternatives, Path(scratch), done[-1] if done else None)
-                _append_rows(args.rows, new)
+                append_rows(args.rows, new)
                 rows += new
     seeds = sorted({row["seed"] for row in rows})
     notes = ("Validation only (no test file read). Each row is scored on an outer validation set no run trains or "

@@ -197,6 +197,20 @@ def record_or_print(title: str, rows: Sequence[dict], notes: str = "", *, record
     return text
 
 
+def read_rows(path: Path | None) -> list[dict]:
+    """The rows a ``--rows`` JSONL file holds (none when it is not given or not there yet)."""
+    if path is None or not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def append_rows(path: Path | None, rows: Sequence[dict]) -> None:
+    """Append finished runs' rows to a ``--rows`` JSONL file, so that a stopped run loses nothing."""
+    if path is not None:
+        with path.open("a", encoding="utf-8") as handle:
+            handle.writelines(json.dumps(row) + "\n" for row in rows)
+
+
 def seed_groups(rows: Sequence[dict], group: str, reference: str, metric: str):
     """For each value of ``group`` and each ``system`` (first-seen order): ``(value, system, its
     rows, per-seed difference of ``metric`` from the ``reference`` system's row of the same seed)``.

@@ -1,7 +1,8 @@
 """The translation ``auto`` batch and rate rules re-derived on validation pairs only.
 
     flock /tmp/kformer-bench.lock python -m bench.translate_rules [--corpora en-ta,en-es] [--minutes 4]
-        [--epochs N] [--seeds 1] [--no-record]
+        [--epochs N] [--seeds 1 | --seed-list 1,2] [--alternatives ...] [--rows rows.jsonl [--table-only]]
+        [--no-record]
 
 The batch rule (``batch_tokens``: a power of two giving at least ``MIN_UPDATES`` updates) and the
 per-size peak rates of :mod:`kformer.tasks.translate.auto` were placed by test chrF; here they
@@ -26,7 +27,15 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from bench.harness import mark_best_alternative, record_or_print, require_shared_data, seed_groups
+from bench.harness import (
+    append_rows,
+    mark_best_alternative,
+    read_rows,
+    record_or_print,
+    require_shared_data,
+    sd,
+    seed_groups,
+)
 
 ALTERNATIVES = {  # name: auto's choices -> the settings it changes
     "batch_tokens x2": lambda auto: {"batch_tokens": 2 * auto["batch_tokens"]["value"]},
@@ -69,20 +78,28 @@ def _run(train, valid, settings: dict, out: Path) -> dict:
 def _row(corpus: str, seed: int, system: str, run: dict) -> dict:
     metrics, auto = run["metrics"], run["metrics"]["auto"]
     recipe = metrics["recipe"]
-    return {"corpus": corpus, "seed": seed, "system": system, "valid_chrf": run["chrf"], "valid_bleu": run["bleu"],
+    budget = f"{recipe['epochs']} epochs (early stopping on)" if recipe.get("max_minutes") is None \
+        else f"{recipe['max_minutes']:g} minutes (max_minutes)"
+    return {"corpus": corpus, "seed": seed, "system": system, "budget": budget, "valid_chrf": run["chrf"], "valid_bleu": run["bleu"],
             "batch_tokens": recipe["batch_tokens"], "learning_rate": recipe["learning_rate"], "dim": recipe["dim"],
             "encoder": recipe["encoder"], "epochs_run": metrics.get("epochs_run"),
             "auto": {name: auto[name] for name in ("batch_tokens", "learning_rate") if name in auto}}
 
 
-def check(corpus: str, seed: int, minutes: float | None, epochs: int | None, scratch: Path) -> list[dict]:
+def check(corpus: str, seed: int, minutes: float | None, epochs: int | None, alternatives: list[str],
+          scratch: Path, recorded: dict | None = None) -> list[dict]:
+    """The rows of one corpus and seed: auto's (unless ``recorded`` holds that run's row), then one per
+    alternative, each appended to the rows file as it finishes by the caller."""
     train, valid = CORPORA[corpus]()
     base = {"seed": seed, **({"epochs": epochs} if epochs else {"max_minutes": minutes})}
-    auto = _run(train, valid, base, scratch / f"{corpus}-{seed}-auto")
-    rows = [_row(corpus, seed, "auto", auto)]
-    print(rows[-1], flush=True)
-    for name, change in ALTERNATIVES.items():
-        run = _run(train, valid, {**base, **change(auto["metrics"]["auto"])}, scratch / f"{corpus}-{seed}-{name}")
+    rows = []
+    if recorded is None:
+        auto = _run(train, valid, base, scratch / f"{corpus}-{seed}-auto")
+        rows.append(_row(corpus, seed, "auto", auto))
+        recorded = rows[-1]
+        print(rows[-1], flush=True)
+    for name in alternatives:
+        run = _run(train, valid, {**base, **ALTERNATIVES[name](recorded["auto"])}, scratch / f"{corpus}-{seed}-{name}")
         rows.append(_row(corpus, seed, name, run))
         print(rows[-1], flush=True)
     return rows
@@ -94,7 +111,8 @@ def summary(rows: list[dict]) -> list[dict]:
     for corpus, system, runs, diff in seed_groups(rows, "corpus", "auto", "valid_chrf"):
         out.append({"corpus": corpus, "system": system, "role": "auto" if system == "auto" else "alternative",
                     "seeds": len(runs), "valid_chrf": statistics.mean(row["valid_chrf"] for row in runs),
-                    "− auto (chrF)": statistics.mean(diff),
+                    "− auto (chrF)": statistics.mean(diff), "sd (chrF)": sd(diff),
+                    "per seed": ", ".join(f"{row['valid_chrf']:.2f}" for row in runs),
                     "valid_bleu": statistics.mean(row["valid_bleu"] for row in runs),
                     "batch_tokens": " | ".join(dict.fromkeys(str(row["batch_tokens"]) for row in runs)),
                     "learning_rate": " | ".join(dict.fromkeys(f"{row['learning_rate']:g}" for row in runs)),
@@ -112,18 +130,32 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=None,
                         help="train every run for this many epochs instead of --minutes (the runs then do the same "
                         "work whatever else the machine is doing)")
-    parser.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1")
+    parser.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 (or --seed-list)")
+    parser.add_argument("--seed-list", default=None, help="comma-separated seeds, instead of --seeds")
+    parser.add_argument("--alternatives", default=",".join(ALTERNATIVES),
+                        help=f"comma-separated, of {', '.join(ALTERNATIVES)}")
+    parser.add_argument("--rows", type=Path, default=None, metavar="JSONL",
+                        help="append each run's row to this file; rows already in it join the table (an auto run "
+                        "already there is not repeated)")
+    parser.add_argument("--table-only", action="store_true", help="train nothing: the table of the rows in --rows")
     parser.add_argument("--no-record", action="store_true", help="print the table, do not append to BENCHMARKS.md")
     args = parser.parse_args()
-    names = [n.strip() for n in args.corpora.split(",") if n.strip()]
-    if set(names) - set(CORPORA):
-        parser.error(f"--corpora takes {', '.join(CORPORA)}")
-    rows = []
+    names = [] if args.table_only else [n.strip() for n in args.corpora.split(",") if n.strip()]
+    alternatives = [a.strip() for a in args.alternatives.split(",") if a.strip()]
+    unknown = sorted((set(names) - set(CORPORA)) | (set(alternatives) - set(ALTERNATIVES)))
+    if unknown:
+        parser.error(f"unknown corpus or alternative: {', '.join(unknown)}")
+    seeds = [int(s) for s in args.seed_list.split(",")] if args.seed_list else list(range(args.seeds))
+    rows = read_rows(args.rows)
     with tempfile.TemporaryDirectory(prefix="kformer-translate-rules-") as scratch:
         for corpus in names:
-            for seed in range(args.seeds):
-                rows += check(corpus, seed, args.minutes, args.epochs, Path(scratch))
-    budget = f"{args.epochs} epochs (early stopping on)" if args.epochs else f"{args.minutes:g} minutes (max_minutes)"
+            for seed in seeds:
+                done = [row for row in rows if (row["corpus"], row["seed"], row["system"]) == (corpus, seed, "auto")]
+                new = check(corpus, seed, args.minutes, args.epochs, alternatives, Path(scratch),
+                            done[-1] if done else None)
+                append_rows(args.rows, new)
+                rows += new
+    budget = " | ".join(dict.fromkeys(row.get("budget", "?") for row in rows))
     notes = (f"Validation pairs only (no test pair read): every run on the same training pairs for {budget}, retrieval off, greedy chrF on validation pairs training never sees. 'auto' is every "
              "setting auto; each other row changes one setting from auto's choice. en-ta: TICO-19 validation documents "
              "(bench/en_ta_levers.py's split); en-es: 500 English sentences held out of bench/en_es.py's training side.")
