@@ -38,8 +38,15 @@ import tempfile
 
 from bench import lesson_arithmetic as lesson
 from bench.harness import record_or_print
+from bench.headlines import Headline
 from kformer.config import make_config
 from kformer.tasks import arithmetic
+
+# This benchmark's rows in BENCHMARKS.md's summary (bench/headlines.py says how they are read)
+HEADLINES = (
+    Headline("arithmetic", "Arithmetic: 4-digit", "exact_match", name="4-digit addition/subtraction, 5 minutes",
+             kformer={"system": "^kformer$"}, baseline={"system": "^(lesson model|reference recipe)$"}),
+)
 
 LESSON_FORMAT = {"source_style": "chars", "reverse_answer": False}
 KFORMER_ROWS = (

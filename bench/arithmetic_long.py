@@ -31,8 +31,19 @@ import statistics
 import tempfile
 
 from bench.harness import record_or_print
+from bench.headlines import Headline
 from kformer.config import make_config
 from kformer.tasks import arithmetic
+
+# This benchmark's rows in BENCHMARKS.md's summary (bench/headlines.py says how they are read)
+HEADLINES = (
+    Headline("arithmetic", "Arithmetic beyond the lesson", "exact_match", name="10-digit addition/subtraction, 3 minutes",
+             kformer={"system": "digits = 10"}, target=">= 0.99"),
+    Headline("arithmetic", "Arithmetic that generalises", "30", name="Trained on <= 10 digits, scored at 30",
+             metric_name="exact match at 30 digits", percent=True,
+             kformer={"system": "^kformer arithmetic-long, abacus positions$"},
+             baseline={"system": "^kformer arithmetic-long, learned positions$"}, target=">= 0.90"),
+)
 
 SCHEMES = {  # row name -> the settings it changes in the recipe
     "learned": {"positions": "learned"},

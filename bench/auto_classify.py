@@ -31,6 +31,14 @@ from bench.baselines import (
     wide_columns,
 )
 from bench.harness import record_or_print, require_shared_data, sd, seed_groups
+from bench.headlines import Headline
+
+# This benchmark's rows in BENCHMARKS.md's summary (bench/headlines.py says how they are read)
+HEADLINES = (
+    Headline("classification", "Classification with auto settings vs a tuned", "accuracy", split="dataset",
+             name="No recipe (auto) vs a tuned linear baseline", kformer={"system": "^kformer"},
+             baseline={"system": "^tuned linear baseline$"}, target=">= baseline + 0.01"),
+)
 
 # name -> (folder, train, valid or None, test, (baseline name, analyzer, n-grams, model))
 DATASETS = {

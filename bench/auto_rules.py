@@ -43,6 +43,17 @@ from bench.harness import (
     sd,
     seed_groups,
 )
+from bench.headlines import Headline
+
+# This benchmark's rows in BENCHMARKS.md's summary (bench/headlines.py says how they are read)
+HEADLINES = (
+    Headline("classification", "Classification auto rules", "valid_accuracy", split="dataset",
+             name="Auto rules vs their best alternative (validation)", kformer={"role": "^auto$"},
+             baseline={"role": "^best alternative$"},
+             why={"banking77": "the best of six alternatives, picked after the fact, within one sd of auto",
+                  "hwu64": "`refit on` wins here alone; a rule changes only where an alternative wins on two data sets",
+                  "tickets": "one seed, within noise of auto"}),
+)
 
 
 def _epochs(auto: dict, rows: int, steps_scale: float = 1.0, texts_scale: float = 1.0) -> int | None:

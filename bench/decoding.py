@@ -41,8 +41,23 @@ import argparse
 import numpy as np
 
 from bench.harness import Timer, interleaved_medians, record_results
+from bench.headlines import Headline
 from kformer.models.generation import beam_search, greedy_decode
 from kformer.models.seq2seq import Seq2SeqTransformer, compile_seq2seq
+
+# This benchmark's rows in BENCHMARKS.md's summary (bench/headlines.py says how they are read)
+HEADLINES = (
+    Headline("speed, serving and memory", "Seq2seq decoding speed", "tokens/s", name="Cached decoding vs full recomputation (greedy, batch 1)",
+             kformer={"system": "^kformer cached$", "decoding": "^greedy$", "batch": "^1$"},
+             baseline={"system": "^full recompute$", "decoding": "^greedy$", "batch": "^1$"},
+             target=">= 5x baseline"),
+    Headline("speed, serving and memory", "Translation decoding time", "warm_s", name="Beam 4 vs greedy time",
+             kformer={"system": "compiled loop"}, baseline={"system": "^greedy$"}, target="<= 2x baseline",
+             why="beam 4 decodes four hypotheses per sentence; the target allows it twice greedy's time"),
+    Headline("speed, serving and memory", "Exported translator", "sentences_per_s", name="Exported translator (ONNX) vs Keras",
+             kformer={"system": "^ONNX Runtime"}, baseline={"system": "^Keras"},
+             why="the ONNX client calls the decoder step once per token from Python; Keras runs its loop as one graph"),
+)
 
 TOKENS = 32
 VOCAB, SOURCE_LENGTH = 8000, 24

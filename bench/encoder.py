@@ -19,7 +19,14 @@ import numpy as np
 from keras import layers
 
 from bench.harness import Timer, interleaved_medians, record_results
+from bench.headlines import Headline
 from kformer.layers import EncoderBlock, MaskedGlobalAveragePooling, TokenAndPositionEmbedding
+
+# This benchmark's rows in BENCHMARKS.md's summary (bench/headlines.py says how they are read)
+HEADLINES = (
+    Headline("speed, serving and memory", "Encoder training throughput", "tokens/s (median)", kformer={"system": "^kformer"},
+             baseline={"system": "^lesson"}, target=">= baseline"),
+)
 
 VOCAB, LENGTH, DIM, HEADS, FF, BATCH = 10_000, 200, 32, 2, 64, 64
 

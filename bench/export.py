@@ -28,6 +28,14 @@ from pathlib import Path
 import numpy as np
 
 from bench.harness import interleaved_medians, record_results, require_shared_data, results_table
+from bench.headlines import Headline
+
+# This benchmark's rows in BENCHMARKS.md's summary (bench/headlines.py says how they are read)
+HEADLINES = (
+    Headline("speed, serving and memory", "Export runtimes", "texts_per_s", name="Exported classifier (ONNX) vs Keras, batch 1",
+             kformer={"system": "^ONNX Runtime$", "batch": "^1$"},
+             baseline={"system": "^kformer Keras$", "batch": "^1$"}, target=">= 2x baseline"),
+)
 
 BATCHES = (1, 32)
 

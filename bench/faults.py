@@ -32,7 +32,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.harness import record_or_print
+from bench.headlines import Headline
 from bench.serve import Service, train_tickets
+
+# This benchmark's rows in BENCHMARKS.md's summary (bench/headlines.py says how they are read)
+HEADLINES = (
+    Headline("speed, serving and memory", "Serving under faults", "lost", name="Serving under faults: good requests lost",
+             kformer={"system": "^good$"}, target="== 0"),
+)
 
 KINDS = {  # kind: (share of requests, expected answer)
     "good": (0.70, "200"),

@@ -11,8 +11,8 @@ ratio of kformer to the baseline measured in the same process tree, minutes apar
 
 ``record_results`` prints the table and appends it to BENCHMARKS.md with the exact command,
 the date, the machine and the library versions; it also appends the run as one JSON object to
-``bench/results.jsonl`` and regenerates BENCHMARKS.md's summary table from that file
-(``bench/summary.py``: which rows are a benchmark's headline, and where superseded runs go).
+``bench/results.jsonl`` and regenerates BENCHMARKS.md's summary from that file
+(``bench/summary.py``, from the headlines each script declares: ``bench/headlines.py``).
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def record_results(
 ) -> str:
     """Print the results table and append it, with the command that made it, to BENCHMARKS.md;
     append the run to ``bench/results.jsonl`` and regenerate BENCHMARKS.md's summary from it."""
-    from bench import summary
+    from bench import headlines, summary
 
     command = command or "python -m " + shlex.join([_module_name(), *sys.argv[1:]])
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -163,19 +163,19 @@ def record_results(
         BENCHMARKS_FILE.write_text(summary.BENCHMARKS_HEAD, encoding="utf-8")
     with BENCHMARKS_FILE.open("a", encoding="utf-8") as handle:
         handle.write("\n" + text)
-    headlines = summary.headlines(title, command, rows)
-    if baseline is None:  # the baseline row the summary's rule picked
-        baseline = next((summary.row_label(h["baseline"]) for h in headlines if h["baseline"]), None)
+    if baseline is None:  # the baseline row the script's declared headline picks
+        baseline = headlines.baseline_label(title, command, rows)
     record = {
         "title": title, "command": command, "date": stamp, "machine": machine, "cpu": cpu_summary(),
         "rows": [dict(row) for row in rows], "baseline": baseline, "ratio_keys": list(ratio_keys),
-        "headlines": headlines, "notes": notes.strip(),
+        "notes": notes.strip(),
     }
     RESULTS_FILE.parent.mkdir(parents=True, exist_ok=True)
     with RESULTS_FILE.open("a", encoding="utf-8") as handle:
         handle.write(json.dumps(record, ensure_ascii=False, default=_json_value) + "\n")
-    if not all(headline["metric"] for headline in headlines):
-        print(f"bench.summary has no headline rule matching {title!r}: add one to RULES in bench/summary.py")
+    if headlines.undeclared([record]):
+        print(f"{headlines.module_of(command)} declares no headline for {title!r}: add one to its HEADLINES "
+              "(see bench/headlines.py)")
     summary.update(BENCHMARKS_FILE, HISTORY_FILE, RESULTS_FILE)
     return text
 

@@ -24,6 +24,16 @@ import time
 import tracemalloc
 from pathlib import Path
 
+from bench.headlines import Headline
+
+# This benchmark's rows in BENCHMARKS.md's summary (bench/headlines.py says how they are read)
+HEADLINES = (
+    Headline("speed, serving and memory", "Large files", "peak RSS MB", name="predict --data peak memory, 14x larger file",
+             kformer={"command": "^predict --data$", "file": "^big"},
+             baseline={"command": "^predict --data$", "file": "^small"}, lower_is_better=True,
+             why="noise: memory does not grow with the file"),
+)
+
 WORDS = {
     "billing": "invoice refund charge payment bill price card".split(),
     "hardware": "laptop screen keyboard mouse boot battery fan".split(),

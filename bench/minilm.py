@@ -37,6 +37,23 @@ from pathlib import Path
 
 from bench.baselines import kformer_run, linear_baseline, load
 from bench.harness import interleaved_medians, record_or_print, require_shared_data
+from bench.headlines import Headline
+
+# This benchmark's rows in BENCHMARKS.md's summary (bench/headlines.py says how they are read)
+HEADLINES = (
+    Headline("classification", "BANKING77 MiniLM fine-tuning", "accuracy", name="BANKING77 intents, fine-tuned MiniLM",
+             command=r"^(?!.*--(no-wide|recipe|train-rows|test-rows))",
+             kformer={"system": r"^kformer(?!.*, seed \d)"}, baseline={"system": "^TF-IDF"}, target=">= 0.94"),
+    Headline("classification", "MiniLM --freeze per dataset", "accuracy", split="dataset",
+             name="Frozen MiniLM + a trained head", command=r"^(?!.*--(train-rows|test-rows))",
+             kformer={"system": "kformer"}, baseline={"system": "TF-IDF"},
+             why={"tickets": "only a head is trained on a general-purpose sentence encoder; the tickets recipe "
+                             "from scratch passes the baseline"}),
+    Headline("speed, serving and memory", "MiniLM prediction speed", "texts_per_s", kformer={"system": "^kformer Classifier"},
+             baseline={"system": "^KerasHub"}, target=">= 500"),
+    Headline("speed, serving and memory", "BANKING77 classifier on each runtime", "texts_per_s", kformer={"system": "onnx-int8"},
+             baseline={"system": "^runtime keras$"}),
+)
 
 N_INTENTS = 77
 

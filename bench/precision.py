@@ -17,6 +17,15 @@ import tempfile
 from pathlib import Path
 
 from bench.harness import Timer, record_results, require_shared_data, results_table
+from bench.headlines import Headline
+
+# This benchmark's rows in BENCHMARKS.md's summary (bench/headlines.py says how they are read)
+HEADLINES = (
+    Headline("speed, serving and memory", "Precision", "train_ms_per_step", name="mixed_bfloat16 vs float32 training step",
+             kformer={"system": "^tickets classifier, mixed_bfloat16$"},
+             baseline={"system": "^tickets classifier, float32$"}, lower_is_better=True,
+             why="bfloat16 pays only on CPUs with AVX-512 BF16 or AMX (see the run's machine)"),
+)
 
 PRECISIONS = ("float32", "mixed_bfloat16")
 

@@ -1,21 +1,22 @@
-"""BENCHMARKS.md's summary table, generated from ``bench/results.jsonl``.
+"""BENCHMARKS.md's summary, generated from ``bench/results.jsonl``; this module only renders.
 
     python -m bench.summary            # rewrite the summary, move superseded sections to the history
     python -m bench.summary --check    # exit 1 if BENCHMARKS.md is not what this would write
 
 Every run that ``bench.harness.record_results`` records adds one JSON object to
-``bench/results.jsonl`` (title, command, date, machine, rows, notes, and its *headlines*) and one
-section to BENCHMARKS.md. A headline names a benchmark, its headline metric and the rows that
-hold kformer's result and the baseline's. A *benchmark* is a title plus the command's
-distinguishing arguments (``--minutes 10``, ``--recipe imdb-best``) and, for scripts that run
-several datasets at once, the dataset: the rules below say which, per script.
+``bench/results.jsonl`` (title, command, date, machine, rows, notes) and one section to
+BENCHMARKS.md. What a run's headline is -- its metric, kformer's row, the baseline's row, the
+target, and why kformer is below its baseline where it is -- is declared by the script that ran it
+(``HEADLINES`` in ``bench/NAME.py``, read by :mod:`bench.headlines`), not stored with the run, so
+a run recorded before its script's declaration changed is summarised by today's declaration.
 
 This module then
 
-- rewrites the table between the ``summary`` markers at the top of BENCHMARKS.md: one row per
-  benchmark, from its latest run (the last one in the file not marked ``superseded``);
-- moves every section none of whose benchmarks it is the latest run of to
-  ``docs/benchmarks-history.md``, oldest first, hand-written notes under it included.
+- rewrites the tables between the ``summary`` markers at the top of BENCHMARKS.md: per task, one
+  row per declared headline, from its latest run not marked ``superseded``, with its target and
+  whether that run met it; runs that no declaration covers are listed after them;
+- moves every section that is neither a headline's current run nor the latest run of its title and
+  exact command to ``docs/benchmarks-history.md``, oldest first, hand-written notes included.
 
 So BENCHMARKS.md always reads: summary, then the latest section of each benchmark.
 """
@@ -25,11 +26,11 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shlex
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from bench import headlines
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_FILE = ROOT / "bench" / "results.jsonl"
@@ -53,168 +54,6 @@ HISTORY_HEAD = (
     "in the other file.\n\n"
 )
 
-# Metrics that are fractions, shown as percentages in the summary
-PERCENT = {"accuracy", "valid_accuracy", "macro_f1", "exact_match", "char_accuracy", "in_scope_accuracy", "out_of_scope_recall",
-           "30"}  # bench.arithmetic_long: exact match at 30 digits per operand
-
-
-@dataclass(frozen=True)
-class Rule:
-    """Which rows of a script's table are its headline. ``kformer`` and ``baseline`` map a column to
-    a regular expression the row's value must match (``re.search``; the first matching row is
-    taken); ``split`` is a column whose values are separate benchmarks (one run, several
-    datasets); ``args`` are the command-line flags that make a run a different benchmark."""
-
-    module: str
-    title: str  # regular expression matched at the start of the title
-    metric: str
-    kformer: dict[str, str]
-    baseline: dict[str, str] | None = None
-    split: str | None = None
-    args: tuple[str, ...] = field(default=())
-
-
-TRANSLATION_ARGS = ("--minutes", "--recipe", "--extra")
-RULES = (  # in the order of the summary's rows
-    # classification
-    Rule("bench.imdb", "IMDB sentiment", "accuracy", {"system": "^kformer"}, {"system": "^TF-IDF"},
-         args=("--recipe", "--minutes", "--extra")),
-    Rule("bench.banking77", "BANKING77 intents", "accuracy", {"system": "^kformer"}, {"system": "^TF-IDF"},
-         args=("--recipe", "--systems")),
-    Rule("bench.tickets", "IT helpdesk tickets", "accuracy", {"system": "^kformer"}, {"system": "^TF-IDF"},
-         args=("--recipe", "--extra")),
-    Rule("bench.auto_classify", "Classification with auto settings vs a tuned", "accuracy",
-         {"system": "^kformer"}, {"system": "^tuned linear baseline$"}, split="dataset", args=("--minutes", "--seeds")),
-    Rule("bench.auto_rules", "Classification auto rules", "valid_accuracy", {"role": "^auto$"},
-         {"role": "^best alternative$"}, split="dataset"),
-    Rule("bench.auto_classify", "Classification with auto settings", "accuracy",
-         {"system": "^kformer"}, {"system": "^TF-IDF"}, split="dataset", args=("--minutes",)),
-    Rule("bench.minilm", "BANKING77 MiniLM fine-tuning", "accuracy", {"system": r"^kformer(?!.*, seed \d)"},
-         {"system": "^TF-IDF"}, args=("--recipe", "--no-wide")),  # with --seeds: the mean row
-    Rule("bench.minilm", "MiniLM --freeze per dataset", "accuracy", {"system": "kformer"}, {"system": "TF-IDF"},
-         split="dataset", args=("--train-rows", "--test-rows")),
-    Rule("bench.minilm", "BANKING77 out-of-scope routing", "out_of_scope_recall",
-         {"system": "calibrated threshold"}, {"system": "unknown route off"}),
-    Rule("bench.ood", "Out-of-scope routing", "test_auroc", {"system": "minilm -- .*auto's pick"},
-         {"system": "minilm -- probability"}, split="dataset", args=("--minutes", "--minilm-minutes")),
-    Rule("bench.minilm_step", "MiniLM fine-tuning step", "step_s", {"system": "^kformer$"}, {"system": "^plain Keras$"},
-         args=("--texts", "--epochs")),
-    # translation
-    Rule("bench.en_es", "English->Spanish", "bleu", {"system": r"^kformer (?!.*--curriculum).*, beam 4$"},
-         {"system": "^translation memory"}, args=TRANSLATION_ARGS),
-    Rule("bench.en_ta", "English->Tamil", "chrf", {"system": r"^kformer (?!.*--curriculum).*, greedy$"},
-         {"system": "^translation memory"}, args=TRANSLATION_ARGS),
-    Rule("bench.translate_rules", "Translation batch and rate rules", "valid_chrf", {"role": "^auto$"},
-         {"role": "^best alternative$"}, split="corpus", args=("--minutes",)),
-    Rule("bench.en_ta_levers", "English->Tamil levers", "chrf", {"system": "^best on validation"},
-         {"system": r"^translation memory \("}, args=("--minutes", "--seeds")),
-    # arithmetic
-    Rule("bench.arithmetic", "Arithmetic: .*lesson's model alone", "exact_match", {"system": "^kformer$"},
-         {"system": "^lesson model$"}, args=("--lesson-only",)),
-    Rule("bench.arithmetic", "Arithmetic: ", "exact_match", {"system": "^kformer$"},
-         {"system": "^(lesson model|reference recipe)$"}),
-    Rule("bench.arithmetic_long", "Arithmetic beyond the lesson", "exact_match", {"system": "digits = 10"}),
-    Rule("bench.arithmetic_long", "Arithmetic that generalises", "30", {"system": "^kformer arithmetic-long, abacus positions$"},
-         {"system": "^kformer arithmetic-long, learned positions$"}, args=("--minutes",)),
-    # speed, serving, memory
-    Rule("bench.encoder", "Encoder training throughput", "tokens/s (median)",
-         {"system": "^kformer"}, {"system": "^lesson"}),
-    Rule("bench.decoding", "Seq2seq decoding speed", "tokens/s",
-         {"system": "^kformer cached$", "decoding": "^greedy$", "batch": "^1$"},
-         {"system": "^full recompute$", "decoding": "^greedy$", "batch": "^1$"}),
-    Rule("bench.decoding", "Translation decoding time", "warm_s",
-         {"system": r"compiled loop"}, {"system": "^greedy$"}),
-    Rule("bench.decoding", "Exported translator", "sentences_per_s", {"system": "^ONNX Runtime"},
-         {"system": "^Keras"}),
-    Rule("bench.minilm", "MiniLM prediction speed", "texts_per_s", {"system": "^kformer Classifier"},
-         {"system": "^KerasHub"}),
-    Rule("bench.minilm", "BANKING77 classifier on each runtime", "texts_per_s", {"system": "onnx-int8"},
-         {"system": "^runtime keras$"}),
-    Rule("bench.export", "Export runtimes", "texts_per_s", {"system": "^ONNX Runtime$", "batch": "^1$"},
-         {"system": "^kformer Keras$", "batch": "^1$"}),
-    Rule("bench.serve", "Serving: ", "req_per_s", {"system": "^micro-batching$", "clients": "^32$"},
-         {"system": "^naive", "clients": "^32$"}),
-    Rule("bench.faults", "Serving under faults", "lost", {"system": "^good$"}),
-    Rule("bench.distributed", "Data-parallel training", "examples/s", {"run": "^2 process"}, {"run": "^1 process"}),
-    Rule("bench.precision", "Precision", "train_ms_per_step", {"system": "^tickets classifier, mixed_bfloat16$"},
-         {"system": "^tickets classifier, float32$"}),
-    Rule("bench.large_file", "Large files", "peak RSS MB", {"command": "^predict --data$", "file": "^big"},
-         {"command": "^predict --data$", "file": "^small"}),
-)
-
-
-# --- headlines: which benchmark a run belongs to, and its headline rows ---------------------------------------
-
-
-def module_of(command: str) -> str:
-    """``bench.en_ta`` for ``python -m bench.en_ta ...`` and for ``python bench/en_ta.py ...``."""
-    words = shlex.split(command)
-    if "-m" in words:
-        return words[words.index("-m") + 1]
-    script = next((word for word in words[1:] if word.endswith(".py")), "")
-    return ".".join(Path(script).with_suffix("").parts)
-
-
-def distinguishing_args(command: str, flags: Sequence[str]) -> str:
-    """The ``flags`` of ``command`` with their values, in the command's order (``--minutes 10``)."""
-    words = shlex.split(command)
-    kept: list[str] = []
-    current = None
-    for word in words:
-        if word.startswith("--"):
-            name, _, value = word.partition("=")
-            current = name if name in flags else None
-            if current:
-                kept += [name, value] if value else [name]
-        elif current:
-            kept.append(word)
-    return shlex.join(kept)
-
-
-def rule_for(command: str, title: str) -> Rule | None:
-    module = module_of(command)
-    return next((rule for rule in RULES if rule.module == module and re.match(rule.title, title)), None)
-
-
-def short_title(title: str) -> str:
-    return re.sub(r"\s*\(issue \d+\)", "", title).strip()
-
-
-def _select(rows: Sequence[dict], patterns: dict[str, str], only: dict) -> dict | None:
-    """The columns of ``patterns`` (and ``only``) of the first row matching them all, or None."""
-    for row in rows:
-        if all(row.get(key) == value for key, value in only.items()) and all(
-            key in row and re.search(pattern, str(row[key])) for key, pattern in patterns.items()
-        ):
-            return {key: row[key] for key in [*only, *patterns]}
-    return None
-
-
-def headlines(title: str, command: str, rows: Sequence[dict]) -> list[dict]:
-    """One headline per benchmark in this run: ``{"benchmark", "metric", "kformer", "baseline"}``,
-    ``kformer`` / ``baseline`` being the exact column values that pick their row (None when no
-    rule or row fits: the summary then shows the benchmark without a result)."""
-    rule = rule_for(command, title)
-    name = short_title(title)
-    if rule is None:
-        return [{"benchmark": name, "metric": None, "kformer": None, "baseline": None}]
-    suffix = distinguishing_args(command, rule.args)
-    parts = []
-    for row in rows:
-        value = row.get(rule.split) if rule.split else None
-        if value not in parts:
-            parts.append(value)
-    found = []
-    for part in parts:
-        only = {rule.split: part} if rule.split else {}
-        benchmark = " · ".join(str(piece) for piece in (name, part, suffix) if piece)
-        kformer = _select(rows, rule.kformer, only)
-        baseline = _select(rows, rule.baseline, only) if rule.baseline else None
-        found.append({"benchmark": benchmark, "metric": rule.metric if kformer or baseline else None,
-                      "kformer": kformer, "baseline": baseline})
-    return found
-
-
 # --- reading results and BENCHMARKS.md ------------------------------------------------------------------------
 
 
@@ -227,17 +66,6 @@ def read_results(path: Path = RESULTS_FILE) -> list[dict]:
 def header_line(record: dict) -> str:
     """The line under a section's title that names the run (as ``record_results`` writes it)."""
     return f"`{record['command']}` — {record['date']}; {record['machine']}"
-
-
-def latest_runs(records: Sequence[dict]) -> dict[str, tuple[int, dict]]:
-    """Benchmark name -> (index of its latest run in ``records``, that run's headline)."""
-    latest: dict[str, tuple[int, dict]] = {}
-    for index, record in enumerate(records):
-        if record.get("superseded"):
-            continue
-        for headline in record["headlines"]:
-            latest[headline["benchmark"]] = (index, headline)
-    return latest
 
 
 def split_sections(text: str) -> tuple[str, list[str]]:
@@ -259,97 +87,130 @@ def section_header(section: str) -> str | None:
     return match.group(0) if match else None
 
 
+# Metrics that are fractions, shown as percentages
+PERCENT = {"accuracy", "valid_accuracy", "macro_f1", "exact_match", "char_accuracy", "in_scope_accuracy",
+           "out_of_scope_recall"}
+
+
 # --- the summary table ----------------------------------------------------------------------------------------
 
 
-def _number(metric: str, value) -> str:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return str(value)
-    if metric in PERCENT:
+def _number(value: float, percent: bool) -> str:
+    if percent:
         return f"{value * 100:.2f} %"
-    if isinstance(value, int) or abs(value) >= 100:
+    if float(value).is_integer() or abs(value) >= 100:
         return f"{value:,.0f}"
     return f"{value:.2f}"
-
-
-def _row_value(record: dict, selector: dict | None, metric: str | None) -> str:
-    if not selector or not metric:
-        return "—"
-    row = next((row for row in record["rows"] if all(row.get(k) == v for k, v in selector.items())), None)
-    if row is None or metric not in row:
-        return "—"
-    return f"{_number(metric, row[metric])} ({_cell(row_label(selector))})"
-
-
-def row_label(selector: dict) -> str:
-    """What names a headline row: its ``system`` (or ``run``), else all its selecting values."""
-    return str(selector.get("system") or selector.get("run") or ", ".join(str(v) for v in selector.values()))
 
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def machine_short(record: dict) -> str:
-    """``2 CPUs, AMD EPYC 9R14 (avx512_bf16)``: the core count and CPU model, with its widest vector unit."""
-    cpus = re.search(r"(\d+) CPUs", record["machine"])
-    count = f"{cpus.group(1)} CPUs" if cpus else "CPUs"
-    cpu = record.get("cpu")
-    if not cpu:
-        return f"{count}, model not recorded"
-    model, _, units = cpu.partition(";")
-    model = re.sub(r"\((R|TM)\)", "", model).strip()
-    widest = units.split()[-1] if units.split() else "no AVX2"
-    return f"{count}, {model} ({widest})"
+def _shown(result: headlines.Result, row: dict | None) -> str:
+    value = result.value(row)
+    if value is None:
+        return "—"
+    patterns = result.headline.kformer if row is result.kformer else result.headline.baseline or {}
+    name = str(row.get("system") or row.get("run") or ", ".join(str(row[key]) for key in patterns))
+    return _number(value, _percent(result.headline)) + (f" ({_cell(name)})" if name else "")
 
 
-def label(benchmark: str) -> str:
-    """A benchmark's name as the summary shows it: the title up to its colon (``Serving: kformer
-    serve, ...`` -> ``Serving``), then the dataset and arguments."""
-    title, *rest = benchmark.split(" · ")
-    return " · ".join([title.split(": ")[0], *rest])
+def _percent(headline: headlines.Headline) -> bool:
+    return headline.percent if headline.percent is not None else headline.metric in PERCENT
 
 
-def _order(record: dict) -> int:
-    rule = rule_for(record["command"], record["title"])
-    return RULES.index(rule) if rule else len(RULES)
+def _target(headline: headlines.Headline) -> str:
+    """``≥ 94.00 %``, ``≤ 1.1× baseline``, ``≥ baseline``: the target as the table shows it."""
+    if headline.target is None:
+        return "—"
+    match = headlines.TARGET.match(headline.target)
+    sign = {">=": "≥", "<=": "≤", "==": "="}[match["op"]]
+    if match["value"] is not None:
+        return f"{sign} {_number(float(match['value']), _percent(headline))}"
+    if match["plus"]:
+        plus = float(match["plus"])
+        points = f"{plus * 100:g} point" + ("" if plus == 0.01 else "s")
+        return f"{sign} baseline + " + (points if _percent(headline) else f"{plus:g}")
+    times = float(match["times"] or 1)
+    return f"{sign} baseline" if times == 1 else f"{sign} {times:g}× baseline"
 
 
-def summary_table(records: Sequence[dict]) -> str:
-    latest = latest_runs(records)
-    labels = [label(name) for name in latest]
-    lines = [
-        "| benchmark | metric | kformer (latest) | baseline | machine | date | command |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for name, (index, headline) in sorted(latest.items(), key=lambda item: (_order(records[item[1][0]]), item[0])):
-        record = records[index]
-        metric = headline["metric"]
-        shown = label(name) if labels.count(label(name)) == 1 else name
-        lines.append("| " + " | ".join([
-            _cell(shown),
-            _cell(metric or "—"),
-            _row_value(record, headline["kformer"], metric),
-            _row_value(record, headline["baseline"], metric),
-            _cell(machine_short(record)),
-            record["date"].split()[0],
-            "`" + record["command"].replace("|", "\\|") + "`",
-        ]) + " |")
-    return "\n".join(lines)
+def _verdict(result: headlines.Result) -> tuple[str, str]:
+    """(met / missed / no target, why kformer is worse than its baseline or "")."""
+    headline, kformer, baseline = result.headline, result.value(result.kformer), result.value(result.baseline)
+    met = None if kformer is None else headline.met(kformer, baseline)
+    verdict = "—" if met is None else "met" if met else "**missed**"
+    why = ""
+    if kformer is not None and baseline is not None and headline.worse(kformer, baseline):
+        why = headline.why_for(result.part) or f"*no reason declared in `bench/{result.module.split('.')[-1]}.py`*"
+    return verdict, why
 
 
-def summary_block(records: Sequence[dict]) -> str:
-    return (f"{START}\n\n## Summary\n\nOne row per benchmark: its headline metric from the latest run, kformer's "
-            f"row and the baseline's, from `bench/results.jsonl`.\n\n{summary_table(records)}\n\n{END}\n")
+def _dates(records: Sequence[dict], result: headlines.Result) -> str:
+    date = records[result.index]["date"].split()[0]
+    if result.baseline_index == result.index:
+        return date
+    return f"{date} (baseline rerun {records[result.baseline_index]['date'].split()[0]})"
+
+
+def summary_table(records: Sequence[dict], headlines_of: headlines.Declared = headlines.declared) -> str:
+    """One table per task: each declared headline's latest result, its target and whether it is met;
+    then the runs that no headline covers, if any."""
+    lines: list[str] = []
+    results = headlines.current(records, headlines_of)
+    for task in headlines.TASKS:
+        of_task = [result for result in results if result.headline.task == task]
+        if not of_task:
+            continue
+        lines += [f"### {task[0].upper()}{task[1:]}", "",
+                  "| benchmark | metric | kformer | baseline | target | target met | why below the baseline | run |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for result in of_task:
+            verdict, why = _verdict(result)
+            headline = result.headline
+            lines.append("| " + " | ".join([
+                _cell(headline.label(result.part)), _cell(headline.metric_name or headline.metric),
+                _shown(result, result.kformer), _shown(result, result.baseline), _target(headline), verdict,
+                _cell(why), _dates(records, result),
+            ]) + " |")
+        lines.append("")
+    missing = headlines.undeclared(records, headlines_of)
+    if missing:
+        lines += ["### Runs without a declared headline", "",
+                  "Their script declares no `HEADLINES` entry for their title (see `bench/headlines.py`).", "",
+                  "| script | title | run |", "|---|---|---|"]
+        lines += [f"| `{module}` | {_cell(title)} | {records[index]['date'].split()[0]} |"
+                  for (module, title), index in missing.items()]
+        lines.append("")
+    return "\n".join(lines).rstrip("\n")
+
+
+def summary_block(records: Sequence[dict], headlines_of: headlines.Declared = headlines.declared) -> str:
+    return (f"{START}\n\n## Summary\n\nOne row per benchmark, from its latest run in `bench/results.jsonl`: the metric, "
+            "kformer's row and the baseline's, and the target, all as the benchmark's script declares them "
+            "(`HEADLINES` in `bench/NAME.py`). Where kformer is worse than its baseline, the last column says why. "
+            "Each run's section below (or in the history) names its command, machine and versions.\n\n"
+            f"{summary_table(records, headlines_of)}\n\n{END}\n")
+
+
+def kept_runs(records: Sequence[dict], headlines_of: headlines.Declared = headlines.declared) -> set[int]:
+    """The runs whose sections stay in BENCHMARKS.md: each headline's current run, and the latest
+    run of each title and exact command (superseded runs never)."""
+    latest = {(record["title"], record["command"]): index for index, record in enumerate(records)
+              if not record.get("superseded")}
+    results = headlines.current(records, headlines_of)
+    return set(latest.values()) | {index for result in results for index in (result.index, result.baseline_index)}
 
 
 # --- rewriting BENCHMARKS.md and the history ------------------------------------------------------------------
 
 
-def render(benchmarks: str, history: str, records: Sequence[dict]) -> tuple[str, str]:
+def render(benchmarks: str, history: str, records: Sequence[dict],
+           headlines_of: headlines.Declared = headlines.declared) -> tuple[str, str]:
     """(new BENCHMARKS.md, new history): the summary rewritten from ``records``, and every section
-    that is not the latest run of one of its benchmarks moved to the history, oldest first."""
-    latest_index = {index for index, _ in latest_runs(records).values()}
+    whose run is not one of :func:`kept_runs` moved to the history, oldest first."""
+    latest_index = kept_runs(records, headlines_of)
     history_head, old = split_sections(history) if history.strip() else (HISTORY_HEAD, [])
     head, sections = split_sections(without_summary(benchmarks))
     # The n-th section with a header line is the n-th run with it (two runs in one minute), the
@@ -366,7 +227,7 @@ def render(benchmarks: str, history: str, records: Sequence[dict]) -> tuple[str,
     for section, index in zip(sections, owners[len(old):], strict=True):
         (kept if index in latest_index else moved).append(section)
     head = (head.rstrip("\n") + "\n\n") if head.strip() else BENCHMARKS_HEAD
-    new_benchmarks = head + summary_block(records) + "\n" + "".join(_ended(section) for section in kept)
+    new_benchmarks = head + summary_block(records, headlines_of) + "\n" + "".join(_ended(section) for section in kept)
     dates = {header_line(record): record["date"] for record in records}
     ordered = sorted([*old, *moved], key=lambda section: dates.get(section_header(section) or "", ""))
     new_history = history_head + "".join(_ended(section) for section in ordered)

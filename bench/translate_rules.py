@@ -36,6 +36,14 @@ from bench.harness import (
     sd,
     seed_groups,
 )
+from bench.headlines import Headline
+
+# This benchmark's rows in BENCHMARKS.md's summary (bench/headlines.py says how they are read)
+HEADLINES = (
+    Headline("translation", "Translation batch and rate rules", "valid_chrf", split="corpus",
+             name="Translation auto rules vs their best alternative (validation)", kformer={"role": "^auto$"},
+             baseline={"role": "^best alternative$"}),
+)
 
 ALTERNATIVES = {  # name: auto's choices -> the settings it changes
     "batch_tokens x2": lambda auto: {"batch_tokens": 2 * auto["batch_tokens"]["value"]},

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from bench import harness, summary
+from bench import harness, headlines, summary
 from bench.harness import cpu_summary
 
 CPUINFO = """processor\t: 0
@@ -54,47 +54,29 @@ def test_record_results_appends_one_json_object_per_run_and_regenerates_the_summ
     assert record["machine"] == "x86_64, 2 CPUs (Test CPU; avx2), Python 3.11" and record["cpu"] == "Test CPU; avx2"
     assert record["rows"] == _imdb_rows(0.8862) and record["baseline"] == "TF-IDF 1-2 grams + LR"
     assert record["ratio_keys"] == ["accuracy"] and record["notes"] == "First run."
-    assert record["headlines"] == [{"benchmark": "IMDB sentiment", "metric": "accuracy",
-                                    "kformer": {"system": "kformer `imdb` recipe"},
-                                    "baseline": {"system": "TF-IDF 1-2 grams + LR"}}]
     assert summary.header_line(record) in first  # the markdown section names the same run
 
     text = bench_files["benchmarks"].read_text(encoding="utf-8")
     assert text.startswith("# Benchmarks\n") and summary.START in text and first.strip() in text
-    assert "| IMDB sentiment | accuracy | 88.62 % (kformer `imdb` recipe) | 90.68 % (TF-IDF 1-2 grams + LR) " \
-           "| 2 CPUs, Test CPU (avx2) |" in text
+    # bench/imdb.py's declared headline: its kformer and baseline rows, its target
+    assert "| IMDB sentiment, `imdb` recipe in the lesson's time | accuracy | 88.62 % (kformer `imdb` recipe) " \
+           "| 90.68 % (TF-IDF 1-2 grams + LR) | ≥ 89.00 % | **missed** |" in text
 
     # A second run of the same benchmark: the summary shows it, the first run's section moves to the history.
     harness.record_results("IMDB sentiment (issue 3)", _imdb_rows(0.9124), baseline="TF-IDF 1-2 grams + LR",
                            command="python -m bench.imdb")
     # ... and a run of another benchmark (a different --recipe) stays beside it.
-    harness.record_results("IMDB sentiment (issue 3)", _imdb_rows(0.9135), baseline="TF-IDF 1-2 grams + LR",
-                           command="python -m bench.imdb --recipe imdb-best --minutes 15")
+    best = [*_imdb_rows(0.9135)[:1], {"system": "kformer `imdb-best` recipe", "accuracy": 0.9135}]
+    harness.record_results("IMDB sentiment (issue 3)", best, command="python -m bench.imdb --recipe imdb-best --minutes 15")
     assert len(bench_files["results"].read_text(encoding="utf-8").splitlines()) == 3
     text = bench_files["benchmarks"].read_text(encoding="utf-8")
     assert "91.24 % (kformer `imdb` recipe)" in text and "88.62 %" not in text
-    assert "| IMDB sentiment · --recipe imdb-best --minutes 15 | accuracy | 91.35 %" in text
+    assert "| IMDB sentiment, `imdb-best` recipe, 15 minutes | accuracy | 91.35 %" in text
+    assert json.loads(bench_files["results"].read_text(encoding="utf-8").splitlines()[-1])["baseline"] == \
+        "TF-IDF 1-2 grams + LR"  # none given: the declared headline's baseline row
     assert text.count("\n## IMDB sentiment (issue 3)\n") == 2 and "First run." not in text
     history = bench_files["history"].read_text(encoding="utf-8")
     assert history.startswith("# Benchmark history\n") and "First run." in history and "0.8862" in history
-
-
-def test_headlines_split_a_run_by_dataset_and_name_its_distinguishing_arguments():
-    rows = [{"dataset": "tickets", "system": "TF-IDF 1-2 grams + linear SVM", "accuracy": 0.86},
-            {"dataset": "tickets", "system": "kformer auto (no recipe)", "accuracy": 0.87},
-            {"dataset": "hwu64", "system": "TF-IDF char 2-5 grams + linear SVM", "accuracy": 0.88},
-            {"dataset": "hwu64", "system": "kformer auto (no recipe)", "accuracy": 0.89}]
-    found = summary.headlines("Classification with auto settings vs the linear baseline (issue 9)",
-                              "python -m bench.auto_classify --datasets tickets,hwu64 --minutes 10 --no-record", rows)
-    assert [h["benchmark"] for h in found] == [
-        "Classification with auto settings vs the linear baseline · tickets · --minutes 10",
-        "Classification with auto settings vs the linear baseline · hwu64 · --minutes 10"]
-    assert found[1]["kformer"] == {"dataset": "hwu64", "system": "kformer auto (no recipe)"}
-    assert found[1]["baseline"] == {"dataset": "hwu64", "system": "TF-IDF char 2-5 grams + linear SVM"}
-    assert summary.distinguishing_args("python -m bench.en_ta --minutes=3 --no-keras-example --extra a=1 b=2",
-                                       summary.TRANSLATION_ARGS) == "--minutes 3 --extra a=1 b=2"
-    unknown = summary.headlines("Something new", "python -m bench.new_script", [{"system": "x", "speed": 1}])
-    assert unknown == [{"benchmark": "Something new", "metric": None, "kformer": None, "baseline": None}]
 
 
 # --- BENCHMARKS.md is what bench.summary generates from bench/results.jsonl ---------------------------------------
@@ -113,16 +95,15 @@ def test_benchmarks_md_is_the_generated_summary_then_the_latest_section_of_each_
     assert headers == sorted(summary.header_line(record) for record in records)
 
 
-def test_every_recorded_run_has_a_headline_and_every_recording_script_a_rule():
-    for record in summary.read_results(summary.RESULTS_FILE):
-        for headline in record["headlines"]:
-            # a rerun of a baseline's row alone (bench.arithmetic --lesson-only) has no kformer row
-            assert headline["metric"] and (headline["kformer"] or headline["baseline"]), (record["command"], record["date"])
+def test_every_current_run_has_a_declared_headline_and_every_recording_script_declares_some():
+    records = summary.read_results(summary.RESULTS_FILE)
+    assert headlines.undeclared(records) == {}
+    assert all(result.kformer for result in headlines.current(records))
     scripts = {f"bench.{path.stem}" for path in summary.ROOT.joinpath("bench").glob("*.py")
                if "record_results(" in path.read_text(encoding="utf-8")
                or "record_or_print(" in path.read_text(encoding="utf-8")}
     scripts -= {"bench.harness", "bench.baselines"}  # the harness itself; baselines.py reports for imdb/banking77/tickets
-    assert scripts <= {rule.module for rule in summary.RULES}
+    assert [script for script in sorted(scripts) if not headlines.declared(script)] == []
 
 
 def test_seed_tables_compare_each_row_with_the_reference_of_its_own_seed():
