@@ -113,10 +113,10 @@ def _shown(result: headlines.Result, row: dict | None) -> str:
         return "—"
     patterns = result.headline.kformer if row is result.kformer else result.headline.baseline or {}
     name = str(row.get("system") or row.get("run") or ", ".join(str(row[key]) for key in patterns))
-    return _number(value, _percent(result.headline)) + (f" ({_cell(name)})" if name else "")
+    return _number(value, shows_percent(result.headline)) + (f" ({_cell(name)})" if name else "")
 
 
-def _percent(headline: headlines.Headline) -> bool:
+def shows_percent(headline: headlines.Headline) -> bool:
     return headline.percent if headline.percent is not None else headline.metric in PERCENT
 
 
@@ -127,11 +127,11 @@ def _target(headline: headlines.Headline) -> str:
     match = headlines.TARGET.match(headline.target)
     sign = {">=": "≥", "<=": "≤", "==": "="}[match["op"]]
     if match["value"] is not None:
-        return f"{sign} {_number(float(match['value']), _percent(headline))}"
+        return f"{sign} {_number(float(match['value']), shows_percent(headline))}"
     if match["plus"]:
         plus = float(match["plus"])
         points = f"{plus * 100:g} point" + ("" if plus == 0.01 else "s")
-        return f"{sign} baseline + " + (points if _percent(headline) else f"{plus:g}")
+        return f"{sign} baseline + " + (points if shows_percent(headline) else f"{plus:g}")
     times = float(match["times"] or 1)
     return f"{sign} baseline" if times == 1 else f"{sign} {times:g}× baseline"
 
