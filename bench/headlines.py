@@ -141,8 +141,13 @@ Declared = Callable[[str], Sequence[Headline]]
 
 def applies(headline: Headline, record: dict) -> bool:
     """Whether ``record`` (a run) is a run of ``headline``'s benchmark."""
-    return bool(re.match(headline.title, short_title(record["title"]))) and (
+    return titled(headline, record) and (
         headline.command is None or re.search(headline.command, record["command"]) is not None)
+
+
+def titled(headline: Headline, record: dict) -> bool:
+    """Whether ``record``'s title is ``headline``'s (whatever its command)."""
+    return re.match(headline.title, short_title(record["title"])) is not None
 
 
 def select(rows: Sequence[dict], patterns: dict[str, str] | None, only: dict) -> dict | None:
@@ -206,8 +211,7 @@ def undeclared(records: Sequence[dict], headlines_of: Declared = declared) -> di
     found: dict[tuple[str, str], int] = {}
     for index, record in enumerate(records):
         module = module_of(record["command"])
-        if not record.get("superseded") and not any(re.match(h.title, short_title(record["title"]))
-                                                    for h in headlines_of(module)):
+        if not record.get("superseded") and not any(titled(headline, record) for headline in headlines_of(module)):
             found[(module, short_title(record["title"]))] = index
     return found
 
