@@ -37,7 +37,7 @@ from kformer.server.v2_tensors import (
 from kformer.server.validation import check_parameters, check_texts, kind_of, parse_json, read_body
 
 EXTENSIONS = ["binary_tensor_data"]
-REQUEST_KEYS = ("id", "parameters", "inputs", "outputs")
+REQUEST_KEYS = ("id", "parameters", "inputs", "outputs", "model_name")  # the kserve SDK sends model_name
 BINARY_OUTPUT = "binary_data_output"  # a request parameter of the binary extension, not a model parameter
 INFER_EXAMPLE = {"inputs": [{"name": INPUT, "shape": [1], "datatype": "BYTES", "data": ["my laptop will not boot"]}],
                  "parameters": {"top_k": 3}}
@@ -153,6 +153,9 @@ def open_inference_routes(service: Service) -> APIRouter:
             header, binary = split_body(await read_body(request, config.max_body_bytes),
                                         request.headers.get(HEADER_LENGTH))
             data = parse_json(header, REQUEST_KEYS)
+            if data.get("model_name", name) != name:
+                raise BadInput(f"{{field}} '{str(data['model_name'])[:100]}' is not the model of the path, '{name}'",
+                               field="model_name")
             texts = read_input(data, binary, config.max_instances, config.max_chars)
             parameters = dict(check_parameters(data))
             binary_default = bool(parameters.pop(BINARY_OUTPUT, False))
