@@ -77,8 +77,14 @@ def check_classifier_exports(folder: Path, texts: list[str], out: Path) -> dict[
     loaded = tf.saved_model.load(str(out / "saved_model" / "1"))
     inputs = {"token_ids": tf.constant(ids), **({"texts": tf.constant(texts)} if wide else {})}
     answers = [loaded.signatures["serving_default"](**inputs)]
-    if "texts" in loaded.signatures:
-        answers.append(loaded.signatures["texts"](texts=tf.constant(texts)))
+    texts_model = loaded if "texts" in loaded.signatures else None
+    if (out / "saved_model" / "texts" / "1").is_dir():  # a tokenizer on TensorFlow Text's ops: its own SavedModel
+        import tensorflow_text  # noqa: F401  (registers the ops texts/1 needs)
+
+        assert "texts" not in loaded.signatures
+        texts_model = tf.saved_model.load(str(out / "saved_model" / "texts" / "1"))
+    if texts_model is not None:
+        answers.append(texts_model.signatures["texts"](texts=tf.constant(texts)))
     assert len(answers) == 2 or classifier.kind == "encoder"  # only a word-pair vocabulary lacks an in-graph tokenizer
     for answer in answers:
         np.testing.assert_allclose(answer["probabilities"].numpy(), expected, atol=ATOL)
@@ -118,3 +124,48 @@ def check_classifier_exports(folder: Path, texts: list[str], out: Path) -> dict[
         assert (metadata[kind]["wide"] is not None) == wide
         assert metadata[kind]["ood"]["score"] == classifier.ood_kind and metadata[kind]["ood"]["output"] == "ood_score"
     return metadata
+
+
+LOAD_SCRIPT = r"""
+import json, sys
+import numpy as np
+calls = json.loads(sys.stdin.read())
+results = {}
+for call in calls:
+    inputs = {name: np.array(value, dtype=dtype) for name, (value, dtype) in call["inputs"].items()}
+    exec(call["line"])
+    results[call["signature"]] = {name: np.asarray(value).tolist() if np.asarray(value).dtype != object else
+                                  [v.decode() if isinstance(v, bytes) else v for v in np.asarray(value).ravel()]
+                                  for name, value in outputs.items()}
+results["tensorflow_text imported"] = "tensorflow_text" in sys.modules
+print(json.dumps(results))
+"""
+
+
+def load_as_the_readme_says(folder: Path, calls: dict[str, dict[str, list]]) -> dict[str, dict[str, np.ndarray]]:
+    """In a fresh Python, run each named signature's (or ONNX file's) ``load:`` line of the export's
+    README.txt -- the folder put in for ``<this folder>`` -- on its inputs ({input name: nested
+    list}); return ``{signature: {output name: array}}``. Fails if TensorFlow Text got imported
+    though no line said to import it."""
+    import os
+    import subprocess
+    import sys
+
+    readme = (folder / "README.txt").read_text(encoding="utf-8").splitlines()
+    metadata = json.loads((folder / "metadata.json").read_text(encoding="utf-8"))
+    jobs = []
+    for signature, inputs in calls.items():
+        line = readme[readme.index(signature) + 1]
+        assert line.startswith("  load: "), line
+        dtypes = {name: spec["dtype"].replace("string", "object")
+                  for name, spec in metadata["signatures"][signature]["inputs"].items()}
+        jobs.append({"signature": signature, "line": line.removeprefix("  load: ").replace("<this folder>", str(folder)),
+                     "inputs": {name: (value, dtypes[name]) for name, value in inputs.items()}})
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": ""}  # no kformer on the path
+    done = subprocess.run([sys.executable, "-c", LOAD_SCRIPT], input=json.dumps(jobs), capture_output=True, text=True,
+                          env=env, timeout=300, cwd=folder)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert results.pop("tensorflow_text imported") == any("import tensorflow_text" in job["line"] for job in jobs)
+    return {signature: {name: np.asarray(value) for name, value in outputs.items()}
+            for signature, outputs in results.items()}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from export_helpers import assert_same_routes
+from export_helpers import ATOL, assert_same_routes, load_as_the_readme_says
 
 from kformer import load
 from kformer.cli import main
@@ -56,6 +56,16 @@ def test_classifier_exports_match_keras_for_ids_and_raw_texts(folders, classifie
     assert metadata["signatures"]["texts"]["outputs"]["labels"]["dtype"] == "string"
     assert metadata["tokenizer"]["kind"] == "word" and metadata["wide"] is None and metadata["threshold"] is None
     assert "token_ids" in (out / "README.txt").read_text(encoding="utf-8")
+    assert "plain TensorFlow" in metadata["texts_signature"] and not (out / "texts").exists()
+
+    # a fresh Python with plain TensorFlow (no TensorFlow Text, no kformer) runs the README's load lines; the
+    # tolerance is the in-process one (check_classifier_exports): float32 graphs against the Keras model
+    fresh = load_as_the_readme_says(out, {"texts": {"texts": TEXTS},
+                                          "serving_default": {"token_ids": classifier.features(TEXTS).tolist()}})
+    for outputs in fresh.values():
+        np.testing.assert_allclose(outputs["probabilities"], classifier.probabilities(TEXTS), atol=ATOL)
+    onnx = load_as_the_readme_says(tmp_path / "onnx", {"model.onnx": {"token_ids": classifier.features(TEXTS).tolist()}})
+    np.testing.assert_allclose(onnx["model.onnx"]["probabilities"], classifier.probabilities(TEXTS), atol=ATOL)
 
 
 def test_graph_word_tokenizer_gives_the_python_tokenizers_ids():
@@ -213,6 +223,8 @@ def test_translator_saved_model_encodes_steps_with_a_cache_and_decodes_greedily(
     generated = loaded.signatures["serving_default"](source_ids=tf.constant(ids))["target_ids"].numpy()
     assert translator.target_vocab.decode(generated) == translator.translate(SENTENCES[:3])
     assert load(tmp_path / "sm").predict(SENTENCES) == translator.predict(SENTENCES)  # served from the export
+    fresh = load_as_the_readme_says(tmp_path / "sm", {"serving_default": {"source_ids": ids.tolist()}})
+    np.testing.assert_array_equal(fresh["serving_default"]["target_ids"], generated)  # the same graph, the same ids
 
 
 def test_translator_onnx_decodes_with_a_cache_and_the_reference_client_translates_as_kformer(
@@ -239,6 +251,8 @@ def test_translator_onnx_decodes_with_a_cache_and_the_reference_client_translate
                                         "self_cache": cache, "cross_cache": cross, "source_ids": source})
         np.testing.assert_allclose(logits, expected, atol=1e-4)
 
+    fresh = load_as_the_readme_says(tmp_path / "onnx", {"encoder.onnx": {"source_ids": source.tolist()}})
+    np.testing.assert_allclose(fresh["encoder.onnx"]["encoder_outputs"], encoded, atol=1e-5)
     client = reference_client().OnnxTranslator(tmp_path / "onnx")
     assert client.translate(SENTENCES) == translator.translate(SENTENCES)
     served = load(tmp_path / "onnx")  # what `kformer serve` does with an export folder
@@ -267,6 +281,9 @@ def test_arithmetic_exports_solve_as_kformer_does(folders, tmp_path, eager_decod
     loaded = tf.saved_model.load(str(tmp_path / "sm" / "1"))
     ids = loaded.signatures["serving_default"](source_ids=tf.constant(model.format.encode_sources(problems)))
     assert [model.format.decode_answer(row) for row in ids["target_ids"].numpy()] == expected
+    sources = model.format.encode_sources(problems)
+    fresh = load_as_the_readme_says(tmp_path / "sm", {"serving_default": {"source_ids": np.asarray(sources).tolist()}})
+    np.testing.assert_array_equal(fresh["serving_default"]["target_ids"], ids["target_ids"].numpy())
 
     export(folders["arith"], tmp_path / "onnx", "onnx")
     decoder = reference_client().OnnxDecoder(tmp_path / "onnx")

@@ -291,7 +291,7 @@ def _tiny_bert_folder(folder: Path):
 
 @pytest.mark.slow
 def test_frozen_backbone_trains_only_the_head_on_cached_vectors(tmp_path):
-    from export_helpers import check_classifier_exports
+    from export_helpers import check_classifier_exports, load_as_the_readme_says
 
     from kformer.models.pretrained import frozen_parts, text_vectors
     from kformer.tasks import classify
@@ -316,6 +316,13 @@ def test_frozen_backbone_trains_only_the_head_on_cached_vectors(tmp_path):
     assert result.metrics["valid"]["accuracy"] == 1.0
     metadata = check_classifier_exports(tmp_path / "out", [*texts[::10], "", "REFUND, please!!"], tmp_path / "exports")
     assert metadata["onnx"]["tokenizer"]["kind"] == "bert"
+    # WordPiece needs TensorFlow Text's ops: its texts signature is a SavedModel of its own, so a fresh Python
+    # loads 1/ with plain TensorFlow, and texts/1 after the `import tensorflow_text` its README line names
+    sample = [*texts[:2], "REFUND, please!!"]
+    fresh = load_as_the_readme_says(tmp_path / "exports" / "saved_model", {
+        "serving_default": {"token_ids": model.features(sample).tolist()}, "texts": {"texts": sample}})
+    for outputs in fresh.values():
+        np.testing.assert_allclose(outputs["probabilities"], model.probabilities(sample), atol=1e-4)
 
 
 @pytest.mark.slow

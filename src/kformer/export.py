@@ -35,11 +35,13 @@ from kformer.artifacts import new_staging_folder
 from kformer.errors import BadInput
 from kformer.folders import EXPORT_MARKER, read_export_metadata
 from kformer.folders import EXPORT_METADATA as METADATA_FILE
-from kformer.models.export_plan import Plan, onnx_file, require_onnx
+from kformer.models.export_plan import Endpoint, Plan, onnx_file, require_onnx
 
 FORMATS = ("saved_model", "onnx")
 README_FILE = "README.txt"
 SAVED_MODEL_DIR = "1"
+TEXT_OPS_DIR = "texts/1"  # a SavedModel beside the first, for TF Serving as --model_base_path=<out>/texts
+LOAD_TEXT_OPS = "import tensorflow_text"  # registers TensorFlow Text's ops, which texts/1 needs
 
 
 @dataclass(frozen=True)
@@ -126,17 +128,30 @@ class replaced_folder:  # noqa: N801  (a context manager used like a function)
 # --- writing --------------------------------------------------------------------------------------
 
 
+def saved_model_dir(endpoint: Endpoint) -> str:
+    """Where an endpoint's signature is: ``1`` (plain TensorFlow loads it), or ``texts/1`` for one
+    that needs TensorFlow Text's ops (which a SavedModel must have registered to load at all)."""
+    return TEXT_OPS_DIR if endpoint.text_ops else SAVED_MODEL_DIR
+
+
 def write_saved_model(plan: Plan, stage: Path) -> list[str]:
-    """Every endpoint as a signature of one SavedModel in ``stage/1``."""
+    """Every endpoint as a signature of the SavedModel in ``stage/1``, but those needing
+    TensorFlow Text's ops, which go to a second SavedModel in ``stage/texts/1``."""
     import keras
 
-    archive = keras.export.ExportArchive()
-    for resource in plan.tracked:
-        archive.track(resource)
-    for endpoint in plan.endpoints:
-        archive.add_endpoint(endpoint.name, endpoint.fn, input_signature=endpoint.input_signature())
-    archive.write_out(str(stage / SAVED_MODEL_DIR), verbose=False)
-    return [SAVED_MODEL_DIR]
+    written = []
+    for folder in (SAVED_MODEL_DIR, TEXT_OPS_DIR):
+        endpoints = [e for e in plan.endpoints if saved_model_dir(e) == folder]
+        if not endpoints:
+            continue
+        archive = keras.export.ExportArchive()
+        for resource in [*plan.tracked, *(r for e in endpoints for r in e.tracked)]:
+            archive.track(resource)
+        for endpoint in endpoints:
+            archive.add_endpoint(endpoint.name, endpoint.fn, input_signature=endpoint.input_signature())
+        archive.write_out(str(stage / folder), verbose=False)
+        written.append(folder)
+    return written
 
 
 def write_onnx(plan: Plan, stage: Path) -> list[str]:
@@ -153,23 +168,42 @@ def _metadata(plan: Plan, format: str, model_dir: Path, files: list[str]) -> dic
     from kformer import __version__
 
     if format == "saved_model":
-        signatures = {e.name: e.to_json() for e in plan.endpoints}
+        signatures = {e.name: {**e.to_json(), "saved_model": saved_model_dir(e),
+                               "load": load_line(saved_model_dir(e), e.name)} for e in plan.endpoints}
     else:
-        signatures = {f"{e.onnx}.onnx": e.to_json() for e in plan.endpoints if e.onnx}
+        signatures = {f"{e.onnx}.onnx": {**e.to_json(), "load": load_line(f"{e.onnx}.onnx", None)}
+                      for e in plan.endpoints if e.onnx}
     return {EXPORT_MARKER: __version__, "format": format, "task": plan.task, "source": str(model_dir.resolve()),
             "files": files, "signatures": signatures, **plan.info}
+
+
+def load_line(path: str, signature: str | None) -> str:
+    """The Python that loads one signature of a SavedModel export (``path`` its folder) or one
+    ONNX file (``signature`` None) and runs it on ``inputs`` ({name: array}) into ``outputs``."""
+    if signature is None:
+        return (f"import onnxruntime; session = onnxruntime.InferenceSession('<this folder>/{path}'); "
+                "outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, inputs)))")
+    imports = f"import tensorflow as tf; {LOAD_TEXT_OPS}" if path == TEXT_OPS_DIR else "import tensorflow as tf"
+    return f"{imports}; outputs = tf.saved_model.load('<this folder>/{path}').signatures['{signature}'](**inputs)"
 
 
 def describe(metadata: dict[str, Any]) -> str:
     """README.txt: what each signature (SavedModel) or file (ONNX) takes and returns."""
     lines = [f"kformer export of a {metadata['task']} model ({metadata['format']}), from {metadata['source']}", ""]
     if metadata["format"] == "saved_model":
-        lines += [f"SavedModel in {SAVED_MODEL_DIR}/ (TensorFlow Serving: --model_base_path=<this folder>).",
-                  "Load it: tf.saved_model.load('<this folder>/1').signatures[NAME](**inputs)", ""]
+        lines += [f"SavedModel in {SAVED_MODEL_DIR}/ (TensorFlow Serving: --model_base_path=<this folder>); "
+                  "plain TensorFlow loads it, no other import needed."]
+        if TEXT_OPS_DIR in metadata["files"]:
+            lines += [f"The texts signature is a second SavedModel in {TEXT_OPS_DIR}/: its tokenizer needs TensorFlow "
+                      f"Text's ops, so `{LOAD_TEXT_OPS}` first (pip install tensorflow-text; TensorFlow Serving: a "
+                      "build with them, --model_base_path=<this folder>/texts)."]
+        lines += ["Load each signature as its 'load:' line says, with inputs = {input name: tensor or array}.", ""]
     else:
-        lines += ["ONNX files; run them with onnxruntime.InferenceSession(FILE).run(None, inputs).", ""]
+        lines += ["ONNX files: run each as its 'load:' line says, with inputs = {input name: NumPy array}.", ""]
     for name, signature in metadata["signatures"].items():
         lines.append(f"{name}")
+        if "load" in signature:
+            lines.append(f"  load: {signature['load']}")
         for kind in ("inputs", "outputs"):
             for tensor, spec in signature[kind].items():
                 shape = ", ".join("?" if d is None else str(d) for d in spec["shape"])

@@ -54,6 +54,8 @@ class Endpoint:
     onnx: str | None = None
     onnx_via: Endpoint | None = None
     onnx_finish: Callable[[Any], None] | None = None
+    tracked: tuple[Any, ...] = ()  # resources this endpoint alone uses (beside the plan's)
+    text_ops: bool = False  # needs TensorFlow Text's ops: its own SavedModel, so the others load without them
 
     def input_signature(self) -> list:
         import keras

@@ -6,7 +6,9 @@
 Modules, one job each: :mod:`.config` (settings), :mod:`.registry` (loading, versions, reload),
 :mod:`.batching` (the inference thread), :mod:`.service` (readiness, shutdown, requests),
 :mod:`.validation` (bodies and limits), :mod:`.http_errors`, :mod:`.auth`, :mod:`.metrics`,
-:mod:`.app` (routes) and ``static/`` (the page). The server calls :mod:`kformer.tasks` for models.
+:mod:`.app` (the app, health and kformer's own routes), :mod:`.tf_serving` (TensorFlow Serving's
+REST API), :mod:`.open_inference` and :mod:`.v2_tensors` (the Open Inference Protocol, KServe v2),
+:mod:`.outputs` (predictions as named tensors), :mod:`.replies` and ``static/`` (the page). The server calls :mod:`kformer.tasks` for models.
 """
 
 from __future__ import annotations

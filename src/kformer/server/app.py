@@ -1,16 +1,16 @@
-"""The FastAPI app: TensorFlow Serving's REST paths, KServe's health paths, metrics, the page.
+"""The FastAPI app: TensorFlow Serving's REST API, the Open Inference Protocol, metrics, the page.
 
 Routes (every one except health and the page's static files needs the API key when one is set):
 
 - ``GET /v2/health/live``, ``GET /v2/health/ready``
-- ``GET /v1/models``, ``GET /v1/models/{name}``, ``GET /v1/models/{name}/metadata``
-- ``POST /v1/models/{name}:predict``, ``:explain``, ``:reload``
+- ``GET /v1/models``; ``POST /v1/models/{name}:explain``, ``:reload``
+- TensorFlow Serving's status, metadata and ``:predict`` (:mod:`kformer.server.tf_serving`)
+- the Open Inference Protocol's metadata, readiness and ``infer`` (:mod:`kformer.server.open_inference`)
 - ``GET /metrics`` (Prometheus), ``GET /docs`` (OpenAPI), ``GET /`` (the web page)
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping
 from contextlib import asynccontextmanager
@@ -26,28 +26,16 @@ from kformer.errors import BadInput
 from kformer.server.auth import bearer_check
 from kformer.server.config import ServeConfig
 from kformer.server.http_errors import install_error_handlers
+from kformer.server.open_inference import open_inference_routes
 from kformer.server.registry import Loader
+from kformer.server.replies import disconnected, json_response
 from kformer.server.service import Service
+from kformer.server.tf_serving import tf_serving_routes
 from kformer.server.validation import check_instances, check_parameters, parse_json, read_body
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 
 _TEXTS = {"type": "array", "items": {"type": "string"}, "minItems": 1}
-PREDICT_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {
-                "schema": {
-                    "type": "object",
-                    "required": ["instances"],
-                    "properties": {"instances": _TEXTS, "parameters": {"type": "object"}},
-                },
-                "example": {"instances": ["my laptop will not boot"], "parameters": {"top_k": 3}},
-            }
-        },
-    }
-}
 EXPLAIN_BODY = {
     "requestBody": {
         "required": True,
@@ -89,6 +77,8 @@ def create_app(models: Mapping[str, Any], config: ServeConfig | None = None, *, 
     app.add_middleware(MetricsMiddleware, service=service)
     app.include_router(_health_routes(service))
     app.include_router(_model_routes(service), dependencies=[Depends(bearer_check(api_key))])
+    app.include_router(tf_serving_routes(service), dependencies=[Depends(bearer_check(api_key))])
+    app.include_router(open_inference_routes(service), dependencies=[Depends(bearer_check(api_key))])
     app.include_router(_inference_routes(service), dependencies=[Depends(bearer_check(api_key))])
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
@@ -124,19 +114,6 @@ class MetricsMiddleware:
             name = scope.get("path_params", {}).get("name", "")
             model = name if name in self.service.registry.slots else "-"
             self.service.metrics.observe_request(model, getattr(route, "path", "unmatched"), status, started)
-
-
-async def disconnected(request: Request) -> None:
-    """Returns when the client has gone (after the body was read, the next ASGI message is the
-    disconnect; servers send it once the response is complete, or when the connection drops)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
-def json_response(body: dict) -> Response:
-    """JSON straight from ``json.dumps`` (model outputs are plain JSON already; FastAPI's encoder
-    would walk every value again)."""
-    return Response(json.dumps(body, ensure_ascii=False, allow_nan=False), media_type="application/json")
 
 
 def _health_routes(service: Service) -> APIRouter:
@@ -182,29 +159,6 @@ def _model_routes(service: Service) -> APIRouter:
             })
         return {"models": models}
 
-    @router.get("/v1/models/{name}")
-    async def model_status(name: str) -> dict:
-        """TensorFlow Serving's model status shape."""
-        slot = registry.slot(name)
-        current = slot.current
-        status = {"error_code": "OK", "error_message": ""}
-        if current is None and slot.error:
-            status = {"error_code": "UNKNOWN", "error_message": slot.error}
-        body: dict[str, Any] = {"model_version_status": [{
-            "version": current.version if current else "",
-            "state": "AVAILABLE" if current else ("END" if slot.error else "LOADING"),
-            "status": status,
-        }]}
-        if current is not None and slot.error:
-            body["last_reload_error"] = slot.error
-        return body
-
-    @router.get("/v1/models/{name}/metadata")
-    async def metadata(name: str) -> dict:
-        """Task, labels, recipe and metrics from the model folder, and the request parameters."""
-        served = service.served(name)
-        return {"name": name, "version": served.version, **served.model.metadata()}
-
     @router.get("/metrics", tags=["metrics"])
     async def metrics() -> Response:
         """Prometheus metrics: requests, latency, batch sizes, queue depth, process."""
@@ -218,17 +172,6 @@ def _inference_routes(service: Service) -> APIRouter:
     router = APIRouter(tags=["models"])
     config = service.config
     registry = service.registry
-
-    @router.post("/v1/models/{name}:predict", openapi_extra=PREDICT_BODY)
-    async def predict(name: str, request: Request) -> Response:
-        """Answer ``{"instances": [...], "parameters": {...}}`` with one prediction per instance."""
-        registry.slot(name)
-        with service.arrival():
-            data = parse_json(await read_body(request, config.max_body_bytes))
-            instances = check_instances(data, config.max_instances, config.max_chars)
-            pending = service.submit_predict(name, instances, check_parameters(data))
-        predictions, version = await service.answer(pending, disconnected(request))
-        return json_response({"model": name, "version": version, "predictions": predictions})
 
     @router.post("/v1/models/{name}:explain", openapi_extra=EXPLAIN_BODY)
     async def explain(name: str, request: Request) -> Response:

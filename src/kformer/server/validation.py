@@ -34,8 +34,8 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
-def parse_json(body: bytes) -> dict[str, Any]:
-    """The body as a JSON object."""
+def parse_json(body: bytes, keys: tuple[str, ...] = BODY_KEYS) -> dict[str, Any]:
+    """The body as a JSON object holding no keys but ``keys``."""
     if not body.strip():
         raise BadInput('the body is empty; send JSON such as {"instances": ["some text"]}', field="body")
     try:
@@ -49,10 +49,10 @@ def parse_json(body: bytes) -> dict[str, Any]:
     except RecursionError:
         raise BadInput("the body's JSON is nested too deeply", field="body") from None
     if not isinstance(data, dict):
-        raise BadInput(f'the body must be a JSON object such as {{"instances": [...]}}, not a {_kind(data)}', field="body")
-    unknown = [key for key in data if key not in BODY_KEYS]
+        raise BadInput(f'the body must be a JSON object such as {{"instances": [...]}}, not a {kind_of(data)}', field="body")
+    unknown = [key for key in data if key not in keys]
     if unknown:
-        raise BadInput(f"unknown field {{field}}; a request has {' and '.join(BODY_KEYS)}", field=str(unknown[0])[:100])
+        raise BadInput(f"unknown field {{field}}; a request has {_and(keys)}", field=str(unknown[0])[:100])
     return data
 
 
@@ -61,25 +61,30 @@ def check_instances(data: dict[str, Any], max_instances: int, max_chars: int) ->
     at most ``max_chars`` characters each."""
     if "instances" not in data:
         raise BadInput('{field} is missing; send {"instances": ["some text"]}', field="instances")
-    instances = data["instances"]
-    if not isinstance(instances, list):
-        raise BadInput(f"{{field}} must be a list of strings, not a {_kind(instances)}", field="instances")
-    if not instances:
-        raise BadInput("{field} is empty; send at least one text", field="instances")
-    if len(instances) > max_instances:
+    return check_texts(data["instances"], "instances", max_instances, max_chars)
+
+
+def check_texts(texts: Any, field: str, max_instances: int, max_chars: int) -> list[str]:
+    """``texts`` (the request's ``field``): a non-empty list of at most ``max_instances``
+    non-empty strings of at most ``max_chars`` characters each."""
+    if not isinstance(texts, list):
+        raise BadInput(f"{{field}} must be a list of strings, not a {kind_of(texts)}", field=field)
+    if not texts:
+        raise BadInput("{field} is empty; send at least one text", field=field)
+    if len(texts) > max_instances:
         raise BadInput(
-            f"{{field}} holds {len(instances)} texts; the limit is {max_instances} per request (max_instances)",
-            field="instances",
+            f"{{field}} holds {len(texts)} texts; the limit is {max_instances} per request (max_instances)",
+            field=field,
         )
-    for i, text in enumerate(instances):
-        where = f"instances[{i}]"
+    for i, text in enumerate(texts):
+        where = f"{field}[{i}]"
         if not isinstance(text, str):
-            raise BadInput(f"{{field}} must be a string, not a {_kind(text)}", field=where)
+            raise BadInput(f"{{field}} must be a string, not a {kind_of(text)}", field=where)
         if not text.strip():
             raise BadInput("{field} is empty", field=where)
         if len(text) > max_chars:
             raise BadInput(f"{{field}} has {len(text):,} characters; the limit is {max_chars:,} (max_chars)", field=where)
-    return instances
+    return texts
 
 
 def check_parameters(data: dict[str, Any]) -> dict[str, Any]:
@@ -88,11 +93,16 @@ def check_parameters(data: dict[str, Any]) -> dict[str, Any]:
     if parameters is None:
         return {}
     if not isinstance(parameters, dict):
-        raise BadInput(f"{{field}} must be an object such as {{\"top_k\": 3}}, not a {_kind(parameters)}", field="parameters")
+        raise BadInput(f"{{field}} must be an object such as {{\"top_k\": 3}}, not a {kind_of(parameters)}", field="parameters")
     return parameters
 
 
-def _kind(value: Any) -> str:
+def _and(words: tuple[str, ...]) -> str:
+    return " and ".join(words) if len(words) < 3 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def kind_of(value: Any) -> str:
+    """A JSON value's kind in words: object, list, string, boolean, null, number."""
     return {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}.get(
         type(value), "number" if isinstance(value, int | float) else type(value).__name__
     )

@@ -4,8 +4,9 @@
 lowercasing, ``<br />`` removal, accent stripping, split into words and punctuation marks,
 head/tail/head_tail truncation, unknown words as ``[UNK]``, an empty text as one ``[UNK]``, the
 known word pairs of a bigram vocabulary after the words), as a graph a SavedModel carries:
-TensorFlow's string ops, TensorFlow Text's ``normalize_utf8`` and ``regex_split`` (a TF Serving
-build needs TensorFlow Text's ops for it) and a lookup table.
+core TensorFlow string ops and lookup tables only, so plain TensorFlow (and any TensorFlow Serving
+build) loads it without TensorFlow Text. Accents are stripped by a table of every character whose
+NFD decomposition without nonspacing marks differs from it (:func:`accent_table`).
 
 Python's ``\\w`` and ``\\s`` are Unicode-aware; RE2's are ASCII only, so both are spelled out.
 Lowercasing follows ICU, which differs from Python's ``str.lower`` for a handful of characters
@@ -14,6 +15,9 @@ Lowercasing follows ICU, which differs from Python's ``str.lower`` for a handful
 
 from __future__ import annotations
 
+import functools
+import itertools
+import unicodedata
 from collections.abc import Sequence
 
 import tensorflow as tf
@@ -28,6 +32,23 @@ _WORD = f"[{WORD_CHARS}]+"
 _SPACE = f"[{SPACE_CHARS}]"
 _MARK = f"[^{WORD_CHARS}{SPACE_CHARS}]"
 _CHARS_PER_TOKEN = 16  # as WordTokenizer: very long texts are cut to characters before splitting
+
+
+@functools.cache
+def accent_table() -> tuple[list[str], list[str]]:
+    """``(characters, what each becomes)``: every code point whose NFD decomposition, nonspacing
+    marks (Mn) dropped, differs from it (accented letters, Hangul syllables, the marks themselves)."""
+    changed, stripped = [], []
+    # planes 3-13 and 15-16 hold no decomposable character and no mark: only these ranges are read
+    for code in itertools.chain(range(0x30000), range(0xE0000, 0xE1000)):
+        if 0xD800 <= code <= 0xDFFF:  # surrogates are not characters of valid UTF-8
+            continue
+        char = chr(code)
+        if unicodedata.category(char) != "Mn" and unicodedata.normalize("NFD", char) == char:
+            continue
+        changed.append(char)
+        stripped.append("".join(c for c in unicodedata.normalize("NFD", char) if unicodedata.category(c) != "Mn"))
+    return changed, stripped
 
 
 class GraphWordTokenizer(tf.Module):
@@ -46,6 +67,10 @@ class GraphWordTokenizer(tf.Module):
         keys = tf.constant(list(vocabulary))
         values = tf.range(len(vocabulary), dtype=tf.int64)
         self.table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(keys, values), UNK_ID)
+        changed, stripped = accent_table()
+        self.stripped = tf.constant(stripped)
+        self.accents = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(tf.constant(changed), tf.range(len(changed), dtype=tf.int64)), -1)
 
     def _cut_characters(self, texts):
         """A text longer than twice the character budget keeps its head (and tail) characters."""
@@ -62,13 +87,20 @@ class GraphWordTokenizer(tf.Module):
 
     def words(self, texts):
         """Strings ``(batch,)`` -> a ragged ``(batch, None)`` of words and punctuation marks."""
-        import tensorflow_text as tf_text
-
         text = tf.strings.lower(self._cut_characters(texts), encoding="utf-8")
-        text = tf.strings.regex_replace(text, r"<br\s*/?>", " ")
-        text = tf.strings.regex_replace(tf_text.normalize_utf8(text, "NFD"), r"\p{Mn}", "")
-        keep = f"{_WORD}|{_MARK}"
-        return tf_text.regex_split(text, f"{keep}|{_SPACE}+", keep)
+        text = self._strip_accents(tf.strings.regex_replace(text, r"<br\s*/?>", " "))
+        # every mark becomes a word of its own between spaces; then the words are what spaces separate
+        text = tf.strings.regex_replace(tf.strings.regex_replace(text, f"{_SPACE}+", " "), f"({_MARK})", r" \1 ")
+        return tf.strings.split(text)
+
+    def _strip_accents(self, texts):
+        """Each character replaced by its NFD decomposition without nonspacing marks (Python's
+        ``unicodedata``, as :class:`~kformer.text.words.WordTokenizer`)."""
+        chars = tf.strings.unicode_split(texts, "UTF-8")
+        found = tf.ragged.map_flat_values(self.accents.lookup, chars)
+        replaced = tf.ragged.map_flat_values(
+            lambda index, char: tf.where(index >= 0, tf.gather(self.stripped, tf.maximum(index, 0)), char), found, chars)
+        return tf.strings.reduce_join(replaced, axis=-1)
 
     def _truncate(self, words):
         """Keep ``words_length`` words per row: the head, the tail, or a quarter head and the rest tail."""

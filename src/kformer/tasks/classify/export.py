@@ -100,10 +100,14 @@ def classifier_plan(classifier) -> Plan:
     endpoints = [by_ids]
     tokenize, reason = _graph_tokenizer(classifier)
     if tokenize is not None:
+        from kformer.text.graph_words import GraphWordTokenizer
+
         tokenize(tf.constant(["build"]))  # Keras layers build on their first call; only built ones export
-        tracked.append(getattr(tokenize, "resource", tokenize))  # what holds its tables
+        # WordPiece runs on TensorFlow Text's ops; kformer's word tokenizer on core TensorFlow alone
         endpoints.append(Endpoint("texts", lambda texts: outputs(tokenize(texts), texts),
-                                  (Tensor("texts", "string", (None,), "raw texts"),), returned))
+                                  (Tensor("texts", "string", (None,), "raw texts"),), returned,
+                                  tracked=(getattr(tokenize, "resource", tokenize),),  # what holds its tables
+                                  text_ops=not isinstance(tokenize, GraphWordTokenizer)))
 
     def write_files(folder: Path) -> None:
         (folder / LABELS_FILE).write_text("\n".join(labels) + "\n", encoding="utf-8")
@@ -115,8 +119,16 @@ def classifier_plan(classifier) -> Plan:
             "wide": None if mix is None else {"weight": mix.weight, "rule": mix.rule, "features": mix.part.features,
                                               "max_chars": MAX_CHARS},
             "tokenizer": tokenizer_spec(classifier),
-            "texts_signature": reason or "strings in: the tokenizer runs in the graph (needs TensorFlow Text's ops)"}
+            "texts_signature": reason or _texts_signature(endpoints[-1])}
     return Plan("classify", endpoints, tracked, write_files, info)
+
+
+def _texts_signature(endpoint: Endpoint) -> str:
+    """``metadata.json["texts_signature"]``: where the ``texts`` signature is and what it needs."""
+    if endpoint.text_ops:
+        return ("strings in: the tokenizer runs in the graph on TensorFlow Text's ops, so the signature is a second "
+                "SavedModel, texts/1; `import tensorflow_text` before loading it")
+    return "strings in: the tokenizer runs in the graph on core TensorFlow ops (plain TensorFlow loads it)"
 
 
 def tokenizer_spec(classifier) -> dict[str, Any]:
