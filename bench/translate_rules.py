@@ -95,9 +95,9 @@ def _row(corpus: str, seed: int, system: str, run: dict) -> dict:
 
 
 def check(corpus: str, seed: int, minutes: float | None, epochs: int | None, alternatives: list[str],
-          scratch: Path, recorded: dict | None = None) -> list[dict]:
+          scratch: Path, recorded: dict | None = None, rows_file: Path | None = None) -> list[dict]:
     """The rows of one corpus and seed: auto's (unless ``recorded`` holds that run's row), then one per
-    alternative, each appended to the rows file as it finishes by the caller."""
+    alternative, each appended to ``rows_file`` (``--rows``) as it finishes."""
     train, valid = CORPORA[corpus]()
     base = {"seed": seed, **({"epochs": epochs} if epochs else {"max_minutes": minutes})}
     rows = []
@@ -105,10 +105,12 @@ def check(corpus: str, seed: int, minutes: float | None, epochs: int | None, alt
         auto = _run(train, valid, base, scratch / f"{corpus}-{seed}-auto")
         rows.append(_row(corpus, seed, "auto", auto))
         recorded = rows[-1]
+        append_rows(rows_file, rows[-1:])
         print(rows[-1], flush=True)
     for name in alternatives:
         run = _run(train, valid, {**base, **ALTERNATIVES[name](recorded["auto"])}, scratch / f"{corpus}-{seed}-{name}")
         rows.append(_row(corpus, seed, name, run))
+        append_rows(rows_file, rows[-1:])
         print(rows[-1], flush=True)
     return rows
 
@@ -159,10 +161,8 @@ def main() -> None:
         for corpus in names:
             for seed in seeds:
                 done = [row for row in rows if (row["corpus"], row["seed"], row["system"]) == (corpus, seed, "auto")]
-                new = check(corpus, seed, args.minutes, args.epochs, alternatives, Path(scratch),
-                            done[-1] if done else None)
-                append_rows(args.rows, new)
-                rows += new
+                rows += check(corpus, seed, args.minutes, args.epochs, alternatives, Path(scratch),
+                              done[-1] if done else None, args.rows)
     budget = " | ".join(dict.fromkeys(row.get("budget", "?") for row in rows))
     notes = (f"Validation pairs only (no test pair read): every run on the same training pairs for {budget}, retrieval off, greedy chrF on validation pairs training never sees. 'auto' is every "
              "setting auto; each other row changes one setting from auto's choice. en-ta: TICO-19 validation documents "
