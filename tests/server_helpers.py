@@ -11,6 +11,9 @@ from pathlib import Path
 
 from conftest import number_pairs, write_tickets
 
+# seconds a test waits for a service's models to load: ample, because waiting costs nothing when they load
+# fast and a loaded 2-core machine took over 10 s for three tiny models
+LOAD_WAIT_S = 120
 TINY_CLASSIFIER = {"max_length": 16, "vocab_size": 200, "batch_size": 16, "dim": 16, "ff_dim": 32, "seed": 3,
                    "epochs": 3, "learning_rate": 0.005,
                    "wide": False}  # the network alone: export compares it with its SavedModel/ONNX files

@@ -50,6 +50,11 @@ valid_size = 10
 patience = 10
 """
 SLOW_BATCHES = "batch-sleep:0.05"
+# the process stops after that batch until it is killed: the kill lands there however loaded the machine is
+def pause_at(epoch: int, batch: int) -> tuple[str, str]:
+    """``(fault, text to wait for)`` that pause training after ``batch`` of ``epoch`` (1-based)."""
+    return f"{SLOW_BATCHES},batch-pause:{epoch}:{batch}", f"kformer: fault: paused at epoch {epoch} batch {batch}\n"
+
 WAIT_SECONDS = 120  # for a subprocess to reach a fault point (TensorFlow starts in ~5-10 s)
 
 
@@ -162,11 +167,11 @@ def tickets(tmp_path_factory, sigint_reaches_children):
     root = tmp_path_factory.mktemp("crash_classify")
     data = write_tickets(root / "train.csv", 240, seed=1)
     uninterrupted = root / "uninterrupted"
-    at = "kformer: fault: epoch 2 batch 3\n"
+    fault, at = pause_at(2, 3)
     killed = [*CLASSIFY, "--data", data, "--out", root / "killed"]
     interrupted = [*CLASSIFY, "--data", data, "--out", root / "interrupted"]
-    with in_background(kill_at, killed, root / "kill-epoch.log", SLOW_BATCHES, at) as kill_status, \
-            in_background(kill_at, interrupted, root / "sigint.log", SLOW_BATCHES, at, signal.SIGINT) as int_status:
+    with in_background(kill_at, killed, root / "kill-epoch.log", fault, at) as kill_status, \
+            in_background(kill_at, interrupted, root / "sigint.log", fault, at, signal.SIGINT) as int_status:
         assert main([*CLASSIFY, "--data", str(data), "--out", str(uninterrupted)]) == 0
     return root, data, uninterrupted, {"kill": kill_status[0], "int": int_status[0]}
 
@@ -240,7 +245,7 @@ def test_translate_killed_in_a_checkpoint_write_and_in_an_epoch_resumes_to_the_s
     assert_checkpoint_loads(out)
 
     # resumed (it repeats epoch 2), then SIGKILL at batch 2 of epoch 3
-    kill_at([*args, "--resume"], tmp_path / "kill-epoch.log", SLOW_BATCHES, "kformer: fault: epoch 3 batch 2\n")
+    kill_at([*args, "--resume"], tmp_path / "kill-epoch.log", *pause_at(3, 2))
     assert checkpoint(out)["epochs_done"] == 2 and checkpoint(out)["iterations"] == 2 * steps
     assert_checkpoint_loads(out)
 

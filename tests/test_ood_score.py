@@ -12,6 +12,7 @@ import random
 import numpy as np
 import pytest
 from conftest import write_csv
+from server_helpers import LOAD_WAIT_S
 
 from kformer.cli import main
 from kformer.errors import BadInput
@@ -256,7 +257,7 @@ def test_the_service_routes_by_the_same_score(ood_folder):
     async def ask():
         app = create_app({"m": ood_folder})
         async with app.router.lifespan_context(app):
-            assert await asyncio.to_thread(app.state.service.loaded.wait, 30)
+            assert await asyncio.to_thread(app.state.service.loaded.wait, LOAD_WAIT_S)
             async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://k") as client:
                 return (await client.post("/v1/models/m:predict", json={"instances": texts})).json()
 

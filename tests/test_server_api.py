@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from server_helpers import LOAD_WAIT_S
 
 from kformer.errors import BadInput, CorruptModel
 from kformer.server import ServeConfig, create_app
@@ -71,7 +72,7 @@ async def serving(models, config: ServeConfig | None = None, *, loader=None, wai
     app = create_app(models, config, loader=loader)
     async with app.router.lifespan_context(app):
         if wait:
-            assert await asyncio.to_thread(app.state.service.loaded.wait, 10)
+            assert await asyncio.to_thread(app.state.service.loaded.wait, LOAD_WAIT_S)
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://kformer", headers=headers, timeout=20) as client:
             yield client, app
@@ -101,7 +102,7 @@ def test_readiness_waits_for_warmup_and_ends_at_shutdown():
             assert "loading" in busy["error"]
             assert (await client.get("/v1/models")).json()["models"][0]["state"] == "LOADING"
             gate.set()
-            assert await asyncio.to_thread(app.state.service.loaded.wait, 10)
+            assert await asyncio.to_thread(app.state.service.loaded.wait, LOAD_WAIT_S)
             assert model.warmed and (await client.get("/v2/health/ready")).status_code == 200
             app.state.service.begin_shutdown()  # what SIGTERM does first
             assert (await client.get("/v2/health/ready")).json()["shutting_down"] is True

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from server_helpers import LOAD_WAIT_S
 
 from kformer.server import ServeConfig, create_app
 from kformer.tasks.base import TaskModel
@@ -52,7 +53,7 @@ class Echo(TaskModel):
 async def serving(model: TaskModel, config: ServeConfig | None = None):
     app = create_app({"m": model}, config)
     async with app.router.lifespan_context(app):
-        assert await asyncio.to_thread(app.state.service.loaded.wait, 10)
+        assert await asyncio.to_thread(app.state.service.loaded.wait, LOAD_WAIT_S)
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://kformer", timeout=20) as client:
             yield client, app

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import NUMBER_WORDS, number_pairs, write_tsv_pairs
+from server_helpers import LOAD_WAIT_S
 
 from kformer.cli import main
 from kformer.errors import BadInput, Unsupported
@@ -183,7 +184,7 @@ def test_the_service_answers_with_the_pretrained_encoder_and_retrieval_as_the_li
     async def body():
         app = create_app({"numbers": folder})
         async with app.router.lifespan_context(app):
-            assert await asyncio.to_thread(app.state.service.loaded.wait, 20)
+            assert await asyncio.to_thread(app.state.service.loaded.wait, LOAD_WAIT_S)
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://kformer", timeout=20) as client:
                 answer = await client.post("/v1/models/numbers:predict", json={"instances": texts})

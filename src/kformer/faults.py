@@ -11,12 +11,15 @@
 ``batch-sleep:<seconds>``      after every training batch sleep that long and print
                                ``kformer: fault: epoch <e> batch <b>`` (1-based), so a test can
                                kill the process at a known batch of a known epoch
+``batch-pause:<epoch>:<batch>``  after that batch (1-based) print ``kformer: fault: paused at epoch <e>
+                               batch <b>`` to stderr and sleep (an hour), so a test's kill lands at that
+                               batch however loaded the machine is
 ``predict-sleep:<seconds>``    ``kformer serve``'s inference thread sleeps that long before every
                                model call, so requests are surely in flight when a test sends SIGTERM
 =============================  =====================================================================
 
-The training code asks :func:`checkpoint_fault` once per checkpoint and :func:`batch_sleep` once per
-run (it adds a callback only when the fault is set); the server's inference thread asks
+The training code asks :func:`checkpoint_fault` once per checkpoint and :func:`batch_sleep` and
+:func:`batch_pause` once per run (it adds a callback only when the fault is set); the server's inference thread asks
 :func:`slowed` once. With ``KFORMER_FAULT`` unset they change nothing.
 """
 
@@ -82,3 +85,12 @@ def batch_sleep() -> float | None:
     """Seconds to sleep after every training batch (``batch-sleep:<seconds>``), or None."""
     argument = _faults().get("batch-sleep")
     return None if argument is None else float(argument)
+
+
+def batch_pause() -> tuple[int, int] | None:
+    """``(epoch, batch)`` (1-based) after which training pauses (``batch-pause:<epoch>:<batch>``), or None."""
+    argument = _faults().get("batch-pause")
+    if argument is None:
+        return None
+    epoch, batch = argument.split(":")
+    return int(epoch), int(batch)

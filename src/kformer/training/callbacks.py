@@ -87,12 +87,15 @@ class BestEpoch(keras.callbacks.EarlyStopping):
         return better
 
 class BatchSleep(keras.callbacks.Callback):
-    """The ``batch-sleep`` fault (:mod:`kformer.faults`): after every batch, sleep ``seconds`` and
-    print ``kformer: fault: epoch <e> batch <b>`` to stderr. Only used when the fault is set."""
+    """The ``batch-sleep`` and ``batch-pause`` faults (:mod:`kformer.faults`): after every batch, sleep
+    ``seconds`` and print ``kformer: fault: epoch <e> batch <b>`` to stderr; after batch ``pause_at``
+    (``(epoch, batch)``, 1-based) also print ``kformer: fault: paused at ...`` and sleep
+    ``pause_seconds``. Only used when a fault is set."""
 
-    def __init__(self, seconds: float):
+    def __init__(self, seconds: float, pause_at: tuple[int, int] | None = None, pause_seconds: float = 0.0):
         super().__init__()
         self.seconds, self.epoch = float(seconds), 0
+        self.pause_at, self.pause_seconds = pause_at, float(pause_seconds)
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch + 1
@@ -102,6 +105,9 @@ class BatchSleep(keras.callbacks.Callback):
 
         time.sleep(self.seconds)
         print(f"kformer: fault: epoch {self.epoch} batch {batch + 1}", file=sys.stderr, flush=True)
+        if self.pause_at == (self.epoch, batch + 1):
+            print(f"kformer: fault: paused at epoch {self.epoch} batch {batch + 1}", file=sys.stderr, flush=True)
+            time.sleep(self.pause_seconds)
 
 class TrainingInterrupted(KeyboardInterrupt):
     """Ctrl-C (SIGINT) stopped :func:`fit`. The checkpoint in ``out_dir`` holds ``epochs_done``

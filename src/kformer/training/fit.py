@@ -154,12 +154,12 @@ def _run(model, train, validation, plan: FitPlan, initial_epoch: int, callbacks:
 
 def _extra_callbacks(train, plan: FitPlan, initial_epoch: int, spent: float, progress: Progress | None,
                      callbacks: list) -> list:
-    """Where training is (for Ctrl-C), the caller's ``callbacks``, the ``batch-sleep`` fault and
+    """Where training is (for Ctrl-C), the caller's ``callbacks``, the ``batch-sleep``/``batch-pause`` faults and
     the progress reports, in that order."""
     extra: list = [Position(), *callbacks]
-    sleep = faults.batch_sleep()
-    if sleep is not None:
-        extra.append(BatchSleep(sleep))
+    sleep, pause = faults.batch_sleep(), faults.batch_pause()
+    if sleep is not None or pause is not None:
+        extra.append(BatchSleep(sleep or 0.0, pause, faults.PAUSE_SECONDS))
     x = train[0] if isinstance(train, tuple) else train
     steps = _steps_per_epoch(x, plan.batch_size)
     budget = None if plan.max_minutes is None else max(float(plan.max_minutes) * 60.0 - spent, 0.0)
