@@ -42,6 +42,7 @@ HEADLINES = (
              name="Auto with refit on vs a tuned linear baseline (report)", kformer={"system": "refit on"},
              baseline={"system": "^tuned linear baseline$"}, target=">= baseline + 0.01"),
 )
+TITLE = "Classification with auto settings vs a tuned linear baseline (issue 26)"
 # --refit-both runs are their own section: they report both sides of auto's refit choice
 REFIT_TITLE = "Classification: auto with refit on and off vs a tuned linear baseline (issue 33)"
 
@@ -181,8 +182,7 @@ def main() -> None:
         notes += (" With --refit-both each dataset and seed has a fourth row, kformer with the other side of auto's "
                   "refit choice and the same seed and validation split: a report of what refit does on test texts; "
                   "auto's rule was chosen on validation alone (bench/auto_rules.py).")
-    title = REFIT_TITLE if args.refit_both else "Classification with auto settings vs a tuned linear baseline (issue 26)"
-    record_or_print(title, seed_summary(rows), notes, record=not args.no_record)
+    record_or_print(REFIT_TITLE if args.refit_both else TITLE, seed_summary(rows), notes, record=not args.no_record)
 
 if __name__ == "__main__":
     main()
