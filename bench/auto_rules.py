@@ -35,11 +35,13 @@ from pathlib import Path
 
 from bench.auto_classify import DATASETS
 from bench.harness import (
+    add_rule_check_args,
     append_rows,
     mark_best_alternative,
     read_rows,
     record_or_print,
     require_shared_data,
+    rule_check_plan,
     sd,
     seed_groups,
 )
@@ -165,28 +167,9 @@ def summary(rows: list[dict]) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--datasets", default=",".join(DATASETS), help=f"comma-separated, of {', '.join(DATASETS)}")
-    parser.add_argument("--alternatives", default=",".join(ALTERNATIVES),
-                        help=f"comma-separated, of {', '.join(ALTERNATIVES)}")
-    parser.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 (or --seed-list)")
-    parser.add_argument("--seed-list", default=None, help="comma-separated seeds, instead of --seeds")
-    parser.add_argument("--minutes", type=float, default=5.0, help="max_minutes of every run")
-    parser.add_argument("--rows", type=Path, default=None, metavar="JSONL",
-                        help="append each run's row to this file; rows already in it join the table (several runs, "
-                        "e.g. more seeds for some alternatives, make one table)")
-    parser.add_argument("--table-only", action="store_true",
-                        help="train nothing: make the table of the rows already in --rows (runs made separately)")
-    parser.add_argument("--note", default="", help="a sentence added to the table's notes (e.g. the runs it joins)")
-    parser.add_argument("--no-record", action="store_true", help="print the table, do not append to BENCHMARKS.md")
+    add_rule_check_args(parser, "datasets", DATASETS, ALTERNATIVES, minutes=5.0)
     args = parser.parse_args()
-    if args.table_only:
-        args.seed_list, args.seeds = None, 0
-    alternatives = [a.strip() for a in args.alternatives.split(",") if a.strip()]
-    names = [] if args.table_only else [n.strip() for n in args.datasets.split(",") if n.strip()]
-    unknown = sorted((set(alternatives) - set(ALTERNATIVES)) | (set(names) - set(DATASETS)))
-    if unknown:
-        parser.error(f"unknown dataset(s) or alternative(s): {', '.join(unknown)}")
-    seeds = [int(s) for s in args.seed_list.split(",")] if args.seed_list else list(range(args.seeds))
+    names, alternatives, seeds = rule_check_plan(parser, args, "datasets", DATASETS, ALTERNATIVES)
     rows = read_rows(args.rows)
     with tempfile.TemporaryDirectory(prefix="kformer-rules-") as scratch:
         for name in names:

@@ -211,6 +211,42 @@ def append_rows(path: Path | None, rows: Sequence[dict]) -> None:
             handle.writelines(json.dumps(row) + "\n" for row in rows)
 
 
+def add_rule_check_args(parser, group_flag: str, groups: Sequence[str], alternatives: Sequence[str],
+                        minutes: float) -> None:
+    """The flags every rule check shares (``bench.auto_rules``, ``bench.translate_rules``): which
+    ``groups`` (data sets or corpora) and ``alternatives``, the seeds, the budget, and the ``--rows``
+    file that lets several runs make one table."""
+    parser.add_argument(f"--{group_flag}", default=",".join(groups), help=f"comma-separated, of {', '.join(groups)}")
+    parser.add_argument("--alternatives", default=",".join(alternatives),
+                        help=f"comma-separated, of {', '.join(alternatives)}")
+    parser.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 (or --seed-list)")
+    parser.add_argument("--seed-list", default=None, help="comma-separated seeds, instead of --seeds")
+    parser.add_argument("--minutes", type=float, default=minutes, help="max_minutes of every run")
+    parser.add_argument("--rows", type=Path, default=None, metavar="JSONL",
+                        help="append each run's row to this file; rows already in it join the table (several runs, "
+                        "e.g. more seeds for some alternatives, make one table; an auto run already there is not "
+                        "repeated)")
+    parser.add_argument("--table-only", action="store_true",
+                        help="train nothing: make the table of the rows already in --rows (runs made separately)")
+    parser.add_argument("--note", default="", help="a sentence added to the table's notes (e.g. the runs it joins)")
+    parser.add_argument("--no-record", action="store_true", help="print the table, do not append to BENCHMARKS.md")
+
+
+def rule_check_plan(parser, args, group_flag: str, groups: Sequence[str],
+                    alternatives: Sequence[str]) -> tuple[list[str], list[str], list[int]]:
+    """``(groups, alternatives, seeds)`` that :func:`add_rule_check_args`' flags ask for (no groups
+    and no seeds with ``--table-only``); an unknown name is the parser's one-line error."""
+    chosen = [] if args.table_only else [n.strip() for n in getattr(args, group_flag).split(",") if n.strip()]
+    picked = [a.strip() for a in args.alternatives.split(",") if a.strip()]
+    unknown = sorted((set(chosen) - set(groups)) | (set(picked) - set(alternatives)))
+    if unknown:
+        parser.error(f"unknown {group_flag} or alternatives: {', '.join(unknown)}")
+    if args.table_only:
+        return chosen, picked, []
+    seeds = [int(s) for s in args.seed_list.split(",")] if args.seed_list else list(range(args.seeds))
+    return chosen, picked, seeds
+
+
 def seed_groups(rows: Sequence[dict], group: str, reference: str, metric: str):
     """For each value of ``group`` and each ``system`` (first-seen order): ``(value, system, its
     rows, per-seed difference of ``metric`` from the ``reference`` system's row of the same seed)``.

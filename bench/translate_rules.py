@@ -28,11 +28,13 @@ import tempfile
 from pathlib import Path
 
 from bench.harness import (
+    add_rule_check_args,
     append_rows,
     mark_best_alternative,
     read_rows,
     record_or_print,
     require_shared_data,
+    rule_check_plan,
     sd,
     seed_groups,
 )
@@ -137,28 +139,12 @@ def summary(rows: list[dict]) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpora", default=",".join(CORPORA), help=f"comma-separated, of {', '.join(CORPORA)}")
-    parser.add_argument("--minutes", type=float, default=4.0, help="max_minutes of every run")
+    add_rule_check_args(parser, "corpora", CORPORA, ALTERNATIVES, minutes=4.0)
     parser.add_argument("--epochs", type=int, default=None,
                         help="train every run for this many epochs instead of --minutes (the runs then do the same "
                         "work whatever else the machine is doing)")
-    parser.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 (or --seed-list)")
-    parser.add_argument("--seed-list", default=None, help="comma-separated seeds, instead of --seeds")
-    parser.add_argument("--alternatives", default=",".join(ALTERNATIVES),
-                        help=f"comma-separated, of {', '.join(ALTERNATIVES)}")
-    parser.add_argument("--rows", type=Path, default=None, metavar="JSONL",
-                        help="append each run's row to this file; rows already in it join the table (an auto run "
-                        "already there is not repeated)")
-    parser.add_argument("--note", default="", help="a sentence added to the table's notes (e.g. the runs it joins)")
-    parser.add_argument("--table-only", action="store_true", help="train nothing: the table of the rows in --rows")
-    parser.add_argument("--no-record", action="store_true", help="print the table, do not append to BENCHMARKS.md")
     args = parser.parse_args()
-    names = [] if args.table_only else [n.strip() for n in args.corpora.split(",") if n.strip()]
-    alternatives = [a.strip() for a in args.alternatives.split(",") if a.strip()]
-    unknown = sorted((set(names) - set(CORPORA)) | (set(alternatives) - set(ALTERNATIVES)))
-    if unknown:
-        parser.error(f"unknown corpus or alternative: {', '.join(unknown)}")
-    seeds = [int(s) for s in args.seed_list.split(",")] if args.seed_list else list(range(args.seeds))
+    names, alternatives, seeds = rule_check_plan(parser, args, "corpora", CORPORA, ALTERNATIVES)
     rows = read_rows(args.rows)
     with tempfile.TemporaryDirectory(prefix="kformer-translate-rules-") as scratch:
         for corpus in names:
