@@ -26,7 +26,9 @@ in lockstep exactly as one process would on the same global batch. kformer adds 
 - Vocabularies are learned in every process from the same data; :meth:`Cluster.check_same`
   refuses a job whose processes disagree (else the ids would mean different words).
 - Process 0 writes ``--out``; the others keep their checkpoints in a hidden folder beside it
-  (:meth:`Cluster.folder`), so ``--resume`` works on every host, and write no model folder. The
+  (:meth:`Cluster.folder`), so ``--resume`` works on every host, and write no model folder; a
+  resumed job first gives every process the newest checkpoint any of them has
+  (:meth:`Cluster.take_newest_checkpoint`: one killed mid-write keeps an older one). The
   distribution is set only while the model is built and trained (:meth:`Cluster.scope`); scoring
   and saving the model folder afterwards run without it, in each process on its own.
 
@@ -227,6 +229,58 @@ class Cluster:
 
         return float(multihost_utils.broadcast_one_to_all(np.asarray(value, dtype="float32")))
 
+    def take_newest_checkpoint(self, state_dir: str | os.PathLike) -> bool:
+        """Give every process the newest complete checkpoint of any process (a collective, before a
+        resumed run restores it); False when no process has one.
+
+        A process killed while writing a checkpoint keeps the one before, while the others may have
+        written theirs: resumed as they are, the processes would start from different epochs. All
+        processes hold the same weights and optimizer state after every step, so the newest
+        checkpoint (process 0's on a tie) is every process's: its files
+        (:func:`~kformer.training.checkpoints.checkpoint_files`, the history with them) are
+        broadcast and written in place of each process's own."""
+        from kformer.training.checkpoints import (
+            checkpoint_files,
+            last_checkpoint,
+            put_checkpoint_files,
+        )
+
+        found = last_checkpoint(state_dir)
+        epochs = self._gather_int(-1 if found is None else found[1])
+        source = int(np.argmax(epochs))
+        if epochs[source] < 0:
+            return False
+        files = checkpoint_files(state_dir) if self.process_id == source else {}
+        received = self._broadcast_files(files, source)
+        if self.process_id != source:
+            put_checkpoint_files(state_dir, received)
+        return True
+
+    def _gather_int(self, value: int) -> np.ndarray:
+        """``value`` of every process, by process (a collective)."""
+        if self.num_processes == 1:
+            return np.asarray([value])
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(np.asarray(value, dtype="int32"))).reshape(-1)
+
+    def _broadcast_files(self, files: dict[str, bytes], source: int) -> dict[str, bytes]:
+        """Process ``source``'s ``{name: bytes}`` in every process (a collective; the others pass {})."""
+        if self.num_processes == 1:
+            return files
+        from jax.experimental import multihost_utils
+
+        mine = self.process_id == source
+        names = "\n".join(files).encode()
+        sizes = [len(names), *(len(data) for data in files.values())] if mine else []
+        count = int(multihost_utils.broadcast_one_to_all(np.asarray(len(sizes), dtype="int32"), is_source=mine))
+        sizes = multihost_utils.broadcast_one_to_all(np.asarray(sizes if mine else [0] * count, dtype="int32"),
+                                                     is_source=mine).astype(int)
+        blob = np.frombuffer(names + b"".join(files.values()), dtype="uint8") if mine else np.zeros(sizes.sum(), "uint8")
+        data = np.asarray(multihost_utils.broadcast_one_to_all(blob, is_source=mine), dtype="uint8").tobytes()
+        parts = np.split(np.frombuffer(data, dtype="uint8"), np.cumsum(sizes)[:-1])
+        return dict(zip(parts[0].tobytes().decode().split("\n"), (part.tobytes() for part in parts[1:]), strict=True))
+
     def check_same(self, what: str, data: bytes) -> None:
         """BadInput unless ``data`` (e.g. a learned vocabulary) is the same in every process (a
         collective: every process compares every process's SHA-256 of it)."""
@@ -289,8 +343,9 @@ def start(config: DistributeConfig | None = None) -> Cluster:
 
     Must run before Keras computes anything; the backend must be JAX (else Unsupported). With
     several processes, process 0's coordinator listens on the coordinator's own address
-    (``JAX_COORDINATOR_BIND_ADDRESS``, unless already set), not on every interface, and CPU
-    collectives go through gloo. It waits until every process has joined.
+    (``JAX_COORDINATOR_BIND_ADDRESS``, unless already set), not on every interface, CPU
+    collectives go through gloo, and SIGTERM ends the process (JAX's preemption service is off).
+    It waits until every process has joined.
     """
     global _cluster
     if _cluster is not None:
@@ -302,6 +357,10 @@ def start(config: DistributeConfig | None = None) -> Cluster:
     config = config or DistributeConfig.from_env()
     if config.several_processes:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        # JAX's preemption service catches SIGTERM (for sync points kformer does not use): without it
+        # SIGTERM ends a process at once, as it ends a single-process run, so a job stops promptly
+        with contextlib.suppress(AttributeError, KeyError, ValueError):
+            jax.config.update("jax_enable_preemption_service", False)
         if config.coordinator is not None:
             os.environ.setdefault("JAX_COORDINATOR_BIND_ADDRESS", config.coordinator)
         keras.distribution.initialize(config.coordinator, config.num_processes, config.process_id)
