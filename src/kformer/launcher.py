@@ -141,13 +141,13 @@ class Group:
             heartbeat.unlink(missing_ok=True)
             env = {**os.environ, ENV: json.dumps({**job, "process": i, "heartbeat": str(heartbeat)})}
             env.setdefault("KFORMER_THREADS", threads)
-            output = None
+            out, err = _descriptor(sys.stdout), _descriptor(sys.stderr)  # process 0: this terminal
             if self.logs[i] is not None:
-                output = open(self.logs[i], "w", encoding="utf-8")  # noqa: SIM115 - closed by stop()
-                self._handles.append(output)
+                out = err = open(self.logs[i], "w", encoding="utf-8")  # noqa: SIM115 - closed by stop()
+                self._handles.append(out)
             argv = [sys.executable, *PROGRAM, *command, "--coordinator", address, "--process-id", str(i)]
-            self.processes.append(subprocess.Popen(argv, env=env, stdout=output, stderr=output,
-                                                   start_new_session=True, preexec_fn=_die_with_parent))
+            self.processes.append(subprocess.Popen(argv, env=env, stdout=out, stderr=err, start_new_session=True,
+                                                   preexec_fn=_die_with_parent))
 
     def watch(self, heartbeat_timeout: float) -> Outcome:
         """Until every process has exited 0 (code 0), one fails, or a heartbeat is too old."""
@@ -162,7 +162,7 @@ class Group:
             ages = {i: age for i, age in enumerate(map(_age, self.heartbeats)) if age is not None and codes[i] is None}
             stale = max(ages, key=ages.get, default=None)
             if stale is not None and ages[stale] > heartbeat_timeout:
-                return Outcome(1, stale, f"finished no training batch for {ages[stale]:.0f} s (hung; "
+                return Outcome(1, stale, f"finished no batch for {ages[stale]:.0f} s (hung; "
                                          f"--heartbeat-timeout {heartbeat_timeout:g})", restart=True)
             time.sleep(POLL_S)
 
@@ -263,6 +263,17 @@ def _on_sigterm(handler):
 
 def _exit_on_sigterm(signum, frame) -> None:
     raise SystemExit(128 + signal.SIGTERM)  # unwinds through Group.stop(): the processes end too
+
+
+def _descriptor(stream) -> int | None:
+    """The file descriptor under a Python stream (None: inherit this process's own). ``kformer``
+    points its descriptor 2 at /dev/null and keeps Python's stderr on a copy of it (C++ start-up
+    noise); process 0 must write where Python's stderr goes."""
+    try:
+        stream.flush()
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):  # no descriptor (a captured stream)
+        return None
 
 
 def _free_port() -> int:
