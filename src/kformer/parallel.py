@@ -39,6 +39,7 @@ TensorFlow's ``MultiWorkerMirroredStrategy`` is refused: it fails with Keras 3.1
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -246,40 +247,34 @@ class Cluster:
         )
 
         found = last_checkpoint(state_dir)
-        epochs = self._gather_int(-1 if found is None else found[1])
-        source = int(np.argmax(epochs))
-        if epochs[source] < 0:
+        packed = _pack(checkpoint_files(state_dir)) if found is not None else b""
+        table = self._gather_ints([-1 if found is None else found[1], len(packed)])  # (process, [epochs, bytes])
+        source = int(np.argmax(table[:, 0]))
+        if table[source, 0] < 0:
             return False
-        files = checkpoint_files(state_dir) if self.process_id == source else {}
-        received = self._broadcast_files(files, source)
+        received = self._broadcast_bytes(packed, source, int(table[source, 1]))
         if self.process_id != source:
-            put_checkpoint_files(state_dir, received)
+            put_checkpoint_files(state_dir, _unpack(received))
         return True
 
-    def _gather_int(self, value: int) -> np.ndarray:
-        """``value`` of every process, by process (a collective)."""
+    def _gather_ints(self, values: list[int]) -> np.ndarray:
+        """``values`` of every process, one row per process (a collective)."""
+        row = np.asarray(values, dtype="int32")
         if self.num_processes == 1:
-            return np.asarray([value])
+            return row[None]
         from jax.experimental import multihost_utils
 
-        return np.asarray(multihost_utils.process_allgather(np.asarray(value, dtype="int32"))).reshape(-1)
+        return np.asarray(multihost_utils.process_allgather(row)).reshape(self.num_processes, -1)
 
-    def _broadcast_files(self, files: dict[str, bytes], source: int) -> dict[str, bytes]:
-        """Process ``source``'s ``{name: bytes}`` in every process (a collective; the others pass {})."""
+    def _broadcast_bytes(self, data: bytes, source: int, size: int) -> bytes:
+        """Process ``source``'s ``data`` (``size`` bytes) in every process (a collective)."""
         if self.num_processes == 1:
-            return files
+            return data
         from jax.experimental import multihost_utils
 
         mine = self.process_id == source
-        names = "\n".join(files).encode()
-        sizes = [len(names), *(len(data) for data in files.values())] if mine else []
-        count = int(multihost_utils.broadcast_one_to_all(np.asarray(len(sizes), dtype="int32"), is_source=mine))
-        sizes = multihost_utils.broadcast_one_to_all(np.asarray(sizes if mine else [0] * count, dtype="int32"),
-                                                     is_source=mine).astype(int)
-        blob = np.frombuffer(names + b"".join(files.values()), dtype="uint8") if mine else np.zeros(sizes.sum(), "uint8")
-        data = np.asarray(multihost_utils.broadcast_one_to_all(blob, is_source=mine), dtype="uint8").tobytes()
-        parts = np.split(np.frombuffer(data, dtype="uint8"), np.cumsum(sizes)[:-1])
-        return dict(zip(parts[0].tobytes().decode().split("\n"), (part.tobytes() for part in parts[1:]), strict=True))
+        blob = np.frombuffer(data, dtype="uint8") if mine else np.zeros(size, dtype="uint8")
+        return np.asarray(multihost_utils.broadcast_one_to_all(blob, is_source=mine), dtype="uint8").tobytes()
 
     def check_same(self, what: str, data: bytes) -> None:
         """BadInput unless ``data`` (e.g. a learned vocabulary) is the same in every process (a
@@ -296,6 +291,21 @@ class Cluster:
         if differ:
             raise BadInput(f"{what} of process(es) {differ} differs from process 0's: every process must read the "
                            "same data with the same settings", field="data")
+
+
+def _pack(files: dict[str, bytes]) -> bytes:
+    """``{name: bytes}`` as one string of bytes: a 4-byte header length, the header (JSON names and
+    sizes), the files (:func:`_unpack` reads it back)."""
+    header = json.dumps([[name, len(data)] for name, data in files.items()]).encode()
+    return len(header).to_bytes(4, "big") + header + b"".join(files.values())
+
+
+def _unpack(packed: bytes) -> dict[str, bytes]:
+    length = int.from_bytes(packed[:4], "big")
+    files, offset = {}, 4 + length
+    for name, size in json.loads(packed[4:offset]):
+        files[name], offset = packed[offset:offset + size], offset + size
+    return files
 
 
 def follow_chief_rate(cluster: Cluster | None, clocked: bool) -> list:
