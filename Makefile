@@ -78,6 +78,7 @@ bench: $(TEST_STAMP)  ## every side-by-side benchmark (long: several hours on 2 
 	$(BIN)/python -m bench.export
 	$(BIN)/python -m bench.precision
 	$(BIN)/python -m bench.distributed
+	$(BIN)/python -m bench.elastic
 	$(BIN)/python bench/large_file.py --train
 
 clean:

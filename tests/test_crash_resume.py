@@ -257,3 +257,17 @@ def test_translate_killed_in_a_checkpoint_write_and_in_an_epoch_resumes_to_the_s
     timing = ("decode_seconds",)
     assert {k: v for k, v in resumed["test"].items() if k not in timing} == {
         k: v for k, v in first["test"].items() if k not in timing}
+
+
+def test_resume_auto_resumes_a_finished_runs_checkpoint(tickets, tmp_path, capsys):
+    """``--resume auto`` in a folder with a complete checkpoint resumes it (one more epoch here); in
+    an empty folder it starts afresh (tests/test_elastic.py's jobs start so)."""
+    import shutil
+
+    root, data, uninterrupted, status = tickets
+    out = tmp_path / "more"
+    shutil.copytree(uninterrupted, out)
+    assert main([*CLASSIFY, "--data", str(data), "--out", str(out), "--resume", "auto", "--epochs", "4"]) == 0
+    capsys.readouterr()
+    assert "resumed from the checkpoint after epoch 3" in (out / "training" / "train.log").read_text(encoding="utf-8")
+    assert [int(row["epoch"]) for row in history(out)] == [0, 1, 2, 3] and history(out)[:3] == history(uninterrupted)

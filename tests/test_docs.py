@@ -225,8 +225,17 @@ def test_every_example_that_is_not_run_says_why():
     assert len(skipped) <= 8, f"keep the examples that are not run to a few: {skipped}"
     for doc in DOCS:
         for block in blocks(doc):
-            assert block.language in {"python", "bash", "console", "text", "json", "toml", "http", ""}, (
+            assert block.language in {"python", "bash", "console", "text", "json", "toml", "http", "yaml", ""}, (
                 f"{name(doc)}:{block.line}: a ```{block.language} block is neither run nor parsed")
+
+
+def test_every_yaml_block_parses():
+    import yaml
+
+    for doc in DOCS:
+        for block in blocks(doc):
+            if block.language == "yaml":
+                assert list(yaml.safe_load_all(block.code)), f"{name(doc)}:{block.line}: an empty ```yaml block"
 
 
 # --- command lines ----------------------------------------------------------------------------------------------

@@ -23,13 +23,18 @@ MANIFEST_NAME = "kformer.json"
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
     """Write ``data`` as pretty JSON to ``path`` through a temporary file and a rename."""
+    text = json.dumps(data, indent=2, ensure_ascii=False, default=_json_default) + "\n"
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file (``.NAME.*.tmp`` beside it) and a rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2, ensure_ascii=False, default=_json_default)
-            handle.write("\n")
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -14,13 +14,21 @@
 ``batch-pause:<epoch>:<batch>``  after that batch (1-based) print ``kformer: fault: paused at epoch <e>
                                batch <b>`` to stderr and sleep (an hour), so a test's kill lands at that
                                batch however loaded the machine is
+``batch-die:<epoch>:<batch>``  after that batch print ``kformer: fault: killed at epoch <e> batch <b>``
+                               and SIGKILL the process itself (what the OOM killer does)
 ``predict-sleep:<seconds>``    ``kformer serve``'s inference thread sleeps that long before every
                                model call, so requests are surely in flight when a test sends SIGTERM
 =============================  =====================================================================
 
-The training code asks :func:`checkpoint_fault` once per checkpoint and :func:`batch_sleep` and
-:func:`batch_pause` once per run (it adds a callback only when the fault is set); the server's inference thread asks
-:func:`slowed` once. With ``KFORMER_FAULT`` unset they change nothing.
+A fault followed by ``@<process>`` (``batch-die:2:3@1``) acts only in that process of a job started
+by ``kformer train ... --num-processes N`` (:mod:`kformer.launcher`), and in such a job every fault
+acts only in the group's first start: the restarted group runs without it (else it would meet the
+same fault again).
+
+The training code asks :func:`checkpoint_fault` once per checkpoint and :func:`batch_sleep`,
+:func:`batch_pause` and :func:`batch_die` once per run (it adds a callback only when the fault is
+set); the server's inference thread asks :func:`slowed` once. With ``KFORMER_FAULT`` unset they
+change nothing.
 """
 
 from __future__ import annotations
@@ -37,10 +45,20 @@ PAUSE_SECONDS = 3600.0
 
 
 def _faults() -> dict[str, str]:
-    """``{name: argument}`` of ``KFORMER_FAULT`` (empty when unset)."""
+    """``{name: argument}`` of ``KFORMER_FAULT`` that act in this process (empty when unset)."""
     spec = os.environ.get(FAULT_ENV, "")
+    if not spec:
+        return {}
+    from kformer.launcher import current_process
+
+    job = current_process()
+    if job is not None and job.restarts:
+        return {}  # a restarted group runs clean
     faults = {}
     for item in filter(None, (part.strip() for part in spec.split(","))):
+        item, _, process = item.partition("@")
+        if process and (job is None or int(process) != job.process_id):
+            continue
         name, _, argument = item.partition(":")
         faults[name] = argument
     return faults
@@ -89,8 +107,24 @@ def batch_sleep() -> float | None:
 
 def batch_pause() -> tuple[int, int] | None:
     """``(epoch, batch)`` (1-based) after which training pauses (``batch-pause:<epoch>:<batch>``), or None."""
-    argument = _faults().get("batch-pause")
+    return _epoch_batch("batch-pause")
+
+
+def batch_die() -> tuple[int, int] | None:
+    """``(epoch, batch)`` (1-based) after which the process kills itself (``batch-die:<epoch>:<batch>``), or None."""
+    return _epoch_batch("batch-die")
+
+
+def _epoch_batch(fault: str) -> tuple[int, int] | None:
+    argument = _faults().get(fault)
     if argument is None:
         return None
     epoch, batch = argument.split(":")
     return int(epoch), int(batch)
+
+
+def die() -> None:
+    """SIGKILL this process (no cleanup runs; what the OOM killer does)."""
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -26,7 +26,9 @@ in lockstep exactly as one process would on the same global batch. kformer adds 
 - Vocabularies are learned in every process from the same data; :meth:`Cluster.check_same`
   refuses a job whose processes disagree (else the ids would mean different words).
 - Process 0 writes ``--out``; the others keep their checkpoints in a hidden folder beside it
-  (:meth:`Cluster.folder`), so ``--resume`` works on every host, and write no model folder. The
+  (:meth:`Cluster.folder`), so ``--resume`` works on every host, and write no model folder; a
+  resumed job first gives every process the newest checkpoint any of them has
+  (:meth:`Cluster.take_newest_checkpoint`: one killed mid-write keeps an older one). The
   distribution is set only while the model is built and trained (:meth:`Cluster.scope`); scoring
   and saving the model folder afterwards run without it, in each process on its own.
 
@@ -37,6 +39,7 @@ TensorFlow's ``MultiWorkerMirroredStrategy`` is refused: it fails with Keras 3.1
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -227,6 +230,52 @@ class Cluster:
 
         return float(multihost_utils.broadcast_one_to_all(np.asarray(value, dtype="float32")))
 
+    def take_newest_checkpoint(self, state_dir: str | os.PathLike) -> bool:
+        """Give every process the newest complete checkpoint of any process (a collective, before a
+        resumed run restores it); False when no process has one.
+
+        A process killed while writing a checkpoint keeps the one before, while the others may have
+        written theirs: resumed as they are, the processes would start from different epochs. All
+        processes hold the same weights and optimizer state after every step, so the newest
+        checkpoint (process 0's on a tie) is every process's: its files
+        (:func:`~kformer.training.checkpoints.checkpoint_files`, the history with them) are
+        broadcast and written in place of each process's own."""
+        from kformer.training.checkpoints import (
+            checkpoint_files,
+            last_checkpoint,
+            put_checkpoint_files,
+        )
+
+        found = last_checkpoint(state_dir)
+        packed = _pack(checkpoint_files(state_dir)) if found is not None else b""
+        table = self._gather_ints([-1 if found is None else found[1], len(packed)])  # (process, [epochs, bytes])
+        source = int(np.argmax(table[:, 0]))
+        if table[source, 0] < 0:
+            return False
+        received = self._broadcast_bytes(packed, source, int(table[source, 1]))
+        if self.process_id != source:
+            put_checkpoint_files(state_dir, _unpack(received))
+        return True
+
+    def _gather_ints(self, values: list[int]) -> np.ndarray:
+        """``values`` of every process, one row per process (a collective)."""
+        row = np.asarray(values, dtype="int32")
+        if self.num_processes == 1:
+            return row[None]
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(row)).reshape(self.num_processes, -1)
+
+    def _broadcast_bytes(self, data: bytes, source: int, size: int) -> bytes:
+        """Process ``source``'s ``data`` (``size`` bytes) in every process (a collective)."""
+        if self.num_processes == 1:
+            return data
+        from jax.experimental import multihost_utils
+
+        mine = self.process_id == source
+        blob = np.frombuffer(data, dtype="uint8") if mine else np.zeros(size, dtype="uint8")
+        return np.asarray(multihost_utils.broadcast_one_to_all(blob, is_source=mine), dtype="uint8").tobytes()
+
     def check_same(self, what: str, data: bytes) -> None:
         """BadInput unless ``data`` (e.g. a learned vocabulary) is the same in every process (a
         collective: every process compares every process's SHA-256 of it)."""
@@ -242,6 +291,21 @@ class Cluster:
         if differ:
             raise BadInput(f"{what} of process(es) {differ} differs from process 0's: every process must read the "
                            "same data with the same settings", field="data")
+
+
+def _pack(files: dict[str, bytes]) -> bytes:
+    """``{name: bytes}`` as one string of bytes: a 4-byte header length, the header (JSON names and
+    sizes), the files (:func:`_unpack` reads it back)."""
+    header = json.dumps([[name, len(data)] for name, data in files.items()]).encode()
+    return len(header).to_bytes(4, "big") + header + b"".join(files.values())
+
+
+def _unpack(packed: bytes) -> dict[str, bytes]:
+    length = int.from_bytes(packed[:4], "big")
+    files, offset = {}, 4 + length
+    for name, size in json.loads(packed[4:offset]):
+        files[name], offset = packed[offset:offset + size], offset + size
+    return files
 
 
 def follow_chief_rate(cluster: Cluster | None, clocked: bool) -> list:
@@ -289,8 +353,9 @@ def start(config: DistributeConfig | None = None) -> Cluster:
 
     Must run before Keras computes anything; the backend must be JAX (else Unsupported). With
     several processes, process 0's coordinator listens on the coordinator's own address
-    (``JAX_COORDINATOR_BIND_ADDRESS``, unless already set), not on every interface, and CPU
-    collectives go through gloo. It waits until every process has joined.
+    (``JAX_COORDINATOR_BIND_ADDRESS``, unless already set), not on every interface, CPU
+    collectives go through gloo, and SIGTERM ends the process (JAX's preemption service is off).
+    It waits until every process has joined.
     """
     global _cluster
     if _cluster is not None:
@@ -302,6 +367,10 @@ def start(config: DistributeConfig | None = None) -> Cluster:
     config = config or DistributeConfig.from_env()
     if config.several_processes:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        # JAX's preemption service catches SIGTERM (for sync points kformer does not use): without it
+        # SIGTERM ends a process at once, as it ends a single-process run, so a job stops promptly
+        with contextlib.suppress(AttributeError, KeyError, ValueError):
+            jax.config.update("jax_enable_preemption_service", False)
         if config.coordinator is not None:
             os.environ.setdefault("JAX_COORDINATOR_BIND_ADDRESS", config.coordinator)
         keras.distribution.initialize(config.coordinator, config.num_processes, config.process_id)

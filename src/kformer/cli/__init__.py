@@ -24,6 +24,7 @@ import sys
 from collections.abc import Sequence
 
 from kformer import __version__
+from kformer.cli.distribute import local_job
 from kformer.environment import setup
 from kformer.errors import KformerError
 from kformer.tasks.arithmetic.settings import ArithmeticConfig
@@ -252,6 +253,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
+        job = local_job(args)
+        if job is not None:  # --distribute --num-processes N alone: N processes here, restarted when one is lost
+            from kformer.launcher import launch
+
+            return launch(list(sys.argv[1:] if argv is None else argv), *job)
         setup(_backend_for(args))  # a bad KFORMER_THREADS is one line and exit status 2
         return int(handler(args) or 0)
     except KformerError as exc:

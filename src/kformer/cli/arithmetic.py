@@ -13,6 +13,7 @@ from pathlib import Path
 from kformer.cli.distribute import (
     distribute_config,
     job_progress,
+    user_command,
     worker_line,
 )
 from kformer.cli.progress import add_log_flags, progress_for
@@ -58,7 +59,7 @@ def _train(args: argparse.Namespace) -> int:
     progress = job_progress(args, distribute)
     config = config_from_args(args, ArithmeticConfig, "arithmetic", progress)
     result = arithmetic.train(config, None, args.out, resume=args.resume, progress=progress,
-                              command=["kformer", *sys.argv[1:]], distribute=distribute)
+                              command=user_command(sys.argv[1:]), distribute=distribute)
     if result.folder != Path(args.out):
         print(worker_line(distribute, result.folder))
         return 0

@@ -17,6 +17,7 @@ from pathlib import Path
 from kformer.cli.distribute import (
     distribute_config,
     job_progress,
+    user_command,
     worker_line,
 )
 from kformer.cli.settings_flags import add_train_flags, config_from_args
@@ -79,7 +80,7 @@ def train_command(args: argparse.Namespace) -> int:
     config = config_from_args(args, ClassifyConfig, "classify", progress)
     out = _out_dir(args)
     result = train(config, args.data, out, valid=args.valid, test=args.test, resume=args.resume,
-                   progress=progress, command=["kformer", *sys.argv[1:]], distribute=distribute)
+                   progress=progress, command=user_command(sys.argv[1:]), distribute=distribute)
     print(_summary_line(result.metrics, out) if result.folder == out else worker_line(distribute, result.folder))
     return 0
 

@@ -69,12 +69,21 @@ def add_train_flags(train: argparse.ArgumentParser, config_cls, *, out_help: str
     train.add_argument("--out", required=out_required, metavar="DIR", help=out_help)
     train.add_argument("--recipe", metavar="NAME|PATH", help=recipes_help(config_cls.task))
     changeable = ", ".join("--" + name.replace("_", "-") for name in RESUMABLE if name in fields(config_cls))
-    train.add_argument("--resume", action="store_true",
+    train.add_argument("--resume", nargs="?", const=True, default=False, type=_auto_only, metavar="auto",
                        help=f"continue from the last checkpoint in --out with the first run's settings and the same "
-                       f"data; only {changeable} may change (--max-minutes counts the interrupted run's minutes too)")
+                       f"data; only {changeable} may change (--max-minutes counts the interrupted run's minutes too). "
+                       "--resume auto: resume when --out holds a complete checkpoint, else start afresh (one command "
+                       "for the first start and every restart)")
     add_log_flags(train)
     add_distribute_flags(train)
     train.set_defaults(settings=add_setting_flags(train, config_cls))
+
+
+def _auto_only(text: str) -> str:
+    """``--resume``'s optional value: only ``auto``."""
+    if text != "auto":
+        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (--resume takes nothing or 'auto')")
+    return text
 
 
 def settings_from_args(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from kformer.cli.distribute import (
     distribute_config,
     job_progress,
+    user_command,
     worker_line,
 )
 from kformer.cli.settings_flags import add_train_flags, config_from_args
@@ -135,7 +136,7 @@ def train_command(args: argparse.Namespace) -> int:
     config = config_from_args(args, TranslateConfig, "translate", progress)
     out = Path(args.out) if args.out else default_out(args.data)
     result = translate.train(config, args.data, out, valid=args.valid, test=args.test, resume=args.resume,
-                             progress=progress, command=["kformer", *sys.argv[1:]], distribute=distribute)
+                             progress=progress, command=user_command(sys.argv[1:]), distribute=distribute)
     if result.folder != out:
         print(worker_line(distribute, result.folder))
         return 0

@@ -27,21 +27,25 @@ RESUMABLE = ("epochs", "patience", "max_minutes")
 @dataclass(frozen=True)
 class ResumeState:
     """``settings`` (a flat ``{name: value}``), the ``auto`` choices and the task's ``extra``;
+    ``task``: the task that wrote it (None in a state written before kformer recorded it);
     ``folder``: the ``training/`` folder it was read from (where the task's files are), if any."""
 
     settings: dict[str, Any]
     auto: dict[str, dict[str, Any]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     folder: Path | None = field(default=None, compare=False)
+    task: str | None = None
 
     @classmethod
     def of(cls, config, auto: dict | None = None, **extra: Any) -> ResumeState:
-        return cls(to_dict(config), dict(auto or {}), extra)
+        return cls(to_dict(config), dict(auto or {}), extra, task=getattr(config, "task", None))
 
     def write(self, state_dir: Path) -> None:
         from kformer.artifacts import write_json_atomic
 
-        write_json_atomic(Path(state_dir) / STATE_FILE, {**self.extra, "settings": self.settings, "auto": self.auto})
+        task = {"task": self.task} if self.task else {}
+        write_json_atomic(Path(state_dir) / STATE_FILE,
+                          {**self.extra, **task, "settings": self.settings, "auto": self.auto})
 
     @classmethod
     def read(cls, out: Path) -> ResumeState:
@@ -54,10 +58,11 @@ class ResumeState:
         try:
             saved = json.loads(path.read_text(encoding="utf-8"))
             settings, auto = dict(saved.pop("settings")), dict(saved.pop("auto", {}) or {})
+            task = saved.pop("task", None)
         except (ValueError, KeyError, TypeError, AttributeError):
             raise CorruptModel(f"{path} is corrupt; train afresh (without {{field}}) or into a new folder",
                                field="resume") from None
-        return cls(settings, auto, saved, path.parent)
+        return cls(settings, auto, saved, path.parent, task)
 
     def config(self, config_cls, given, state_path: str = STATE_FILE):
         """The first run's settings as ``config_cls``, with the :data:`RESUMABLE` settings of

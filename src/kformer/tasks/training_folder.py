@@ -74,6 +74,13 @@ def check_out_folder(out: Path) -> None:
                 "them: pass a new or empty folder as {field}", field="out")
 
 
+def check_not_busy(out: Path) -> None:
+    """BadInput naming ``out`` when another training holds its lock (checked before the processes of
+    a job exchange checkpoints, which happens before :func:`training_folder` takes the lock)."""
+    if (out / TRAINING_DIR / LOCK_FILE).is_file():
+        os.close(_lock(out))
+
+
 def _lock(out: Path) -> int:
     """Take ``out/training/.lock`` (non-blocking flock; the file holds the owner's PID) and return
     its descriptor; BadInput naming ``out`` when another process holds it."""

@@ -1,5 +1,6 @@
 """The callbacks every run uses beside its checkpoints: the time budget, early stopping that keeps
-the best epoch, the position within an epoch (for Ctrl-C), and the ``batch-sleep`` fault."""
+the best epoch, the position within an epoch (for Ctrl-C), the heartbeat of a process the launcher
+started, and the ``batch-*`` faults."""
 
 from __future__ import annotations
 
@@ -87,15 +88,17 @@ class BestEpoch(keras.callbacks.EarlyStopping):
         return better
 
 class BatchSleep(keras.callbacks.Callback):
-    """The ``batch-sleep`` and ``batch-pause`` faults (:mod:`kformer.faults`): after every batch, sleep
-    ``seconds`` and print ``kformer: fault: epoch <e> batch <b>`` to stderr; after batch ``pause_at``
-    (``(epoch, batch)``, 1-based) also print ``kformer: fault: paused at ...`` and sleep
-    ``pause_seconds``. Only used when a fault is set."""
+    """The ``batch-sleep``, ``batch-pause`` and ``batch-die`` faults (:mod:`kformer.faults`): after every
+    batch, sleep ``seconds`` and print ``kformer: fault: epoch <e> batch <b>`` to stderr; after batch
+    ``pause_at`` (``(epoch, batch)``, 1-based) also print ``kformer: fault: paused at ...`` and sleep
+    ``pause_seconds``; after batch ``die_at`` print ``kformer: fault: killed at ...`` and SIGKILL the
+    process. Only used when a fault is set."""
 
-    def __init__(self, seconds: float, pause_at: tuple[int, int] | None = None, pause_seconds: float = 0.0):
+    def __init__(self, seconds: float, pause_at: tuple[int, int] | None = None, pause_seconds: float = 0.0,
+                 die_at: tuple[int, int] | None = None):
         super().__init__()
         self.seconds, self.epoch = float(seconds), 0
-        self.pause_at, self.pause_seconds = pause_at, float(pause_seconds)
+        self.pause_at, self.pause_seconds, self.die_at = pause_at, float(pause_seconds), die_at
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch + 1
@@ -103,11 +106,51 @@ class BatchSleep(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         import sys
 
+        from kformer import faults
+
         time.sleep(self.seconds)
-        print(f"kformer: fault: epoch {self.epoch} batch {batch + 1}", file=sys.stderr, flush=True)
+        if self.seconds:
+            print(f"kformer: fault: epoch {self.epoch} batch {batch + 1}", file=sys.stderr, flush=True)
         if self.pause_at == (self.epoch, batch + 1):
             print(f"kformer: fault: paused at epoch {self.epoch} batch {batch + 1}", file=sys.stderr, flush=True)
             time.sleep(self.pause_seconds)
+        if self.die_at == (self.epoch, batch + 1):
+            print(f"kformer: fault: killed at epoch {self.epoch} batch {batch + 1}", file=sys.stderr, flush=True)
+            faults.die()
+
+class Heartbeat(keras.callbacks.Callback):
+    """Touch ``path`` while training runs, so the launcher (:mod:`kformer.launcher`) can tell a hung
+    process: at the start, after training, validation and prediction batches (at most once per
+    ``every_seconds``) and at every epoch's end; removed when training ends (what follows, scoring
+    and writing the model, is not watched)."""
+
+    def __init__(self, path: Path, every_seconds: float = 1.0):
+        super().__init__()
+        self.path, self.every_seconds, self._last = Path(path), float(every_seconds), -float("inf")
+
+    def _beat(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self._last >= self.every_seconds:
+            self.path.touch()
+            self._last = now
+
+    def on_train_begin(self, logs=None):
+        self._beat(force=True)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._beat()
+
+    def on_test_batch_end(self, batch, logs=None):
+        self._beat()
+
+    def on_predict_batch_end(self, batch, logs=None):
+        self._beat()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._beat(force=True)
+
+    def on_train_end(self, logs=None):
+        self.path.unlink(missing_ok=True)
 
 class TrainingInterrupted(KeyboardInterrupt):
     """Ctrl-C (SIGINT) stopped :func:`fit`. The checkpoint in ``out_dir`` holds ``epochs_done``

@@ -91,9 +91,32 @@ def checkpoint_seconds(out_dir: str | os.PathLike) -> float:
     state = _checkpoint_state(Path(out_dir))
     return 0.0 if state is None else float(state.get("train_seconds") or 0.0)
 
+def checkpoint_files(out_dir: str | os.PathLike) -> dict[str, bytes]:
+    """The last checkpoint of ``out_dir`` as ``{file name: bytes}``, with the history up to it: what
+    another process of a data-parallel job needs to resume from it (empty when there is none)."""
+    from kformer.training.progress import HISTORY_NAME
+
+    out_dir = Path(out_dir)
+    if _checkpoint_state(out_dir) is None:
+        return {}
+    names = (CHECKPOINT_NAME, CHECKPOINT_STATE_NAME, HISTORY_NAME)
+    return {name: (out_dir / name).read_bytes() for name in names if (out_dir / name).is_file()}
+
+def put_checkpoint_files(out_dir: str | os.PathLike, files: dict[str, bytes]) -> None:
+    """Make ``files`` (:func:`checkpoint_files` of another folder) the checkpoint of ``out_dir``, each
+    file atomically and the model first, as :class:`EpochCheckpoint` writes them: a crash half-way
+    leaves a model newer than its JSON, which :func:`restore_checkpoint` recognises."""
+    from kformer.artifacts import write_bytes_atomic
+
+    for name in sorted(files, key=lambda name: name != CHECKPOINT_NAME):
+        write_bytes_atomic(Path(out_dir) / name, files[name])
+
 def remove_checkpoint_debris(out_dir: str | os.PathLike) -> list[Path]:
-    """Delete temporary checkpoint files a killed run left in ``out_dir``; returns them."""
-    debris = [p for p in Path(out_dir).glob(".checkpoint.*") if ".tmp" in p.name]
+    """Delete temporary checkpoint files (and history copies) a killed run left in ``out_dir``; returns them."""
+    from kformer.training.progress import HISTORY_NAME
+
+    debris = [p for p in Path(out_dir).glob(".*") if ".tmp" in p.name
+              and p.name.startswith((".checkpoint.", f".{HISTORY_NAME}."))]
     for path in debris:
         path.unlink(missing_ok=True)
     return debris

@@ -21,6 +21,7 @@ from kformer import faults
 from kformer.training.callbacks import (
     BatchSleep,
     BestEpoch,
+    Heartbeat,
     Position,
     TimeBudget,
     TrainingInterrupted,
@@ -32,7 +33,14 @@ from kformer.training.checkpoints import (
     remove_checkpoint_debris,
     restore_checkpoint,
 )
-from kformer.training.progress import TRAIN_LOG, Progress, ProgressReporter, log_to_file
+from kformer.training.progress import (
+    HISTORY_NAME,
+    TRAIN_LOG,
+    Progress,
+    ProgressReporter,
+    append_log,
+    log_to_file,
+)
 
 
 def set_seed(seed: int) -> None:
@@ -86,7 +94,7 @@ def standard_callbacks(plan: FitPlan, monitor: str, agree: Callable[[bool], bool
     logs: list[keras.callbacks.Callback] = []
     if importlib.util.find_spec("tensorboard") is not None:
         logs.append(keras.callbacks.TensorBoard(log_dir=str(out_dir / "logs"), write_graph=False))
-    logs.append(keras.callbacks.CSVLogger(str(out_dir / "history.csv"), append=True))
+    logs.append(keras.callbacks.CSVLogger(str(out_dir / HISTORY_NAME), append=True))
     patience = plan.patience if plan.patience is not None else 10**9
     return StandardCallbacks(TimeBudget(plan.max_minutes, agree),
                              BestEpoch(monitor=monitor, patience=patience, restore_best_weights=True),
@@ -122,6 +130,8 @@ def fit(model: keras.Model, train, validation, plan: FitPlan, *, callbacks: list
     remove_checkpoint_debris(plan.out_dir)
     spent = checkpoint_seconds(plan.out_dir) if plan.resume else 0.0
     initial_epoch = restore_checkpoint(model, plan.out_dir) if plan.resume else 0
+    if initial_epoch:
+        append_log(Path(plan.out_dir) / TRAIN_LOG, f"resumed from the checkpoint after epoch {initial_epoch}")
     for callback in [*standard.all(), *(callbacks or [])]:
         if hasattr(callback, "spent_seconds"):  # clocks that continue across a resume
             callback.spent_seconds = spent
@@ -154,12 +164,17 @@ def _run(model, train, validation, plan: FitPlan, initial_epoch: int, callbacks:
 
 def _extra_callbacks(train, plan: FitPlan, initial_epoch: int, spent: float, progress: Progress | None,
                      callbacks: list) -> list:
-    """Where training is (for Ctrl-C), the caller's ``callbacks``, the ``batch-sleep``/``batch-pause`` faults and
-    the progress reports, in that order."""
+    """Where training is (for Ctrl-C), the caller's ``callbacks``, the heartbeat of a process the
+    launcher started, the ``batch-*`` faults and the progress reports, in that order."""
+    from kformer.launcher import current_process
+
     extra: list = [Position(), *callbacks]
-    sleep, pause = faults.batch_sleep(), faults.batch_pause()
-    if sleep is not None or pause is not None:
-        extra.append(BatchSleep(sleep or 0.0, pause, faults.PAUSE_SECONDS))
+    job = current_process()
+    if job is not None:
+        extra.append(Heartbeat(job.heartbeat))
+    sleep, pause, die = faults.batch_sleep(), faults.batch_pause(), faults.batch_die()
+    if sleep is not None or pause is not None or die is not None:
+        extra.append(BatchSleep(sleep or 0.0, pause, faults.PAUSE_SECONDS, die))
     x = train[0] if isinstance(train, tuple) else train
     steps = _steps_per_epoch(x, plan.batch_size)
     budget = None if plan.max_minutes is None else max(float(plan.max_minutes) * 60.0 - spent, 0.0)

@@ -58,6 +58,7 @@ class ProgressEvent:
 
 Progress = Callable[[ProgressEvent], None]
 TRAIN_LOG = "train.log"
+HISTORY_NAME = "history.csv"
 
 def read_history(path: str | os.PathLike) -> dict[str, list[float]]:
     """``{metric: [value per epoch]}`` from the ``history.csv`` that :func:`fit` writes ({} if none)."""
@@ -79,10 +80,14 @@ def log_to_file(path: Path) -> Progress:
     def write(event: ProgressEvent) -> None:
         if event.stage in ("epoch", "done", "compiling"):
             text = {"compiling": "training started", "done": f"training ended after {event.seconds:.0f} s"}
-            with open(path, "a", encoding="utf-8") as handle:
-                handle.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')}  {text.get(event.stage) or event.line()}\n")
+            append_log(path, text.get(event.stage) or event.line())
 
     return write
+
+def append_log(path: Path, text: str) -> None:
+    """Append ``text`` to the log ``path`` as one line, after the time."""
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')}  {text}\n")
 
 class ProgressReporter(keras.callbacks.Callback):
     """Calls ``progress(ProgressEvent)`` at the first batch, every ``every_seconds`` of batches,

@@ -84,7 +84,7 @@ class ArithmeticRun(skeleton.TrainingRun):
 
 
 def train(config: ArithmeticConfig | dict | None = None, data: None = None, out: str | os.PathLike = "runs/arithmetic",
-          *, test=None, resume: bool = False, progress: Progress | None = None, command: Sequence[str] | None = None,
+          *, test=None, resume: bool | str = False, progress: Progress | None = None, command: Sequence[str] | None = None,
           distribute: DistributeConfig | None = None):
     """Train on generated problems, score held-out problems, write the model folder ``out``.
 
@@ -95,7 +95,8 @@ def train(config: ArithmeticConfig | dict | None = None, data: None = None, out:
         test: problems to score instead of ``held_out_size`` generated held-out ones (a path or
             lines such as ``"12+34=46"``; see :meth:`ArithmeticModel.evaluate`).
         resume: continue from the last checkpoint in ``out/training`` (the first run's settings;
-            ``epochs`` and ``max_minutes`` may change).
+            ``epochs`` and ``max_minutes`` may change); ``"auto"``: when there is a complete one,
+            else start afresh.
         progress: called with :class:`~kformer.training.ProgressEvent` while training.
         command: recorded in ``metrics.json`` (the CLI passes its argv).
         distribute: train data-parallel as one process of that job (:mod:`kformer.parallel`; JAX

@@ -200,7 +200,7 @@ class ClassifyRun(skeleton.TrainingRun):
 
 def train(config: ClassifyConfig | dict[str, Any] | None = None, data: Data | None = None,
           out: str | os.PathLike | None = None, *, valid: Data | None = None, test: Data | None = None,
-          resume: bool = False, progress: Progress | None = None, command: Sequence[str] | None = None,
+          resume: bool | str = False, progress: Progress | None = None, command: Sequence[str] | None = None,
           distribute: DistributeConfig | None = None) -> TrainResult:
     """Train a classifier on ``data``, score it on ``valid`` and ``test``, and write the folder ``out``.
 
@@ -208,7 +208,7 @@ def train(config: ClassifyConfig | dict[str, Any] | None = None, data: Data | No
     ``(texts, labels)`` pair of lists, or LabelledTexts. Without ``valid`` a stratified
     ``valid_fraction`` of ``data`` is held out. ``resume`` continues the run in ``out`` from its
     last checkpoint with its saved settings and labels (only epochs, patience and max_minutes
-    may change). ``progress`` receives :class:`~kformer.training.ProgressEvent` objects;
+    may change); ``"auto"``: resume when ``out`` holds a complete checkpoint, else start afresh. ``progress`` receives :class:`~kformer.training.ProgressEvent` objects;
     ``command`` is recorded in ``metrics.json``. Bad input fails before anything is written, and
     a failed fresh run leaves no folder behind. ``distribute`` trains data-parallel as one process
     of that job (:mod:`kformer.parallel`; JAX backend): ``batch_size`` is the global batch, process

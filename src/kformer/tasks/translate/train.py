@@ -145,7 +145,7 @@ def train(
     *,
     valid: PairData | None = None,
     test: PairData | None = None,
-    resume: bool = False,
+    resume: bool | str = False,
     progress: Progress | None = None,
     command: Sequence[str] | None = None,
     distribute: DistributeConfig | None = None,
@@ -162,7 +162,8 @@ def train(
             ``valid`` and ``test`` given, any number of training pairs will do.
         resume: continue from the last checkpoint in ``out/training``. The vocabularies and the
             settings that shape the model come from the first run; only ``epochs``, ``patience``
-            and ``max_minutes`` may change. Pass the same data.
+            and ``max_minutes`` may change. Pass the same data. ``"auto"``: resume when ``out``
+            holds a complete checkpoint, else start afresh.
         progress: called with :class:`~kformer.training.ProgressEvent` while training.
         command: recorded in ``metrics.json`` (the CLI passes its argv).
         distribute: train data-parallel as one process of that job (:mod:`kformer.parallel`; JAX
