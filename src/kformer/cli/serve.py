@@ -74,7 +74,7 @@ def register(commands, train_tasks) -> None:
                        help=f"processes serving the port (default {defaults.workers}; auto: one per usable core), each "
                        "with its own copy of the models and inference thread and KFORMER_THREADS threads (default: "
                        "the cores / N); more than one puts the requests' HTTP handling on more than one core "
-                       "(BENCHMARKS.md, \"Serving with workers\"). /metrics sums over the workers; a reload "
+                       "(python -m bench.serve_workers measures it). /metrics sums over the workers; a reload "
                        "switches every worker or none; send SIGHUP and SIGTERM to this command's process")
     serve.add_argument("--access-log", action="store_true", help="log every request")
     serve.add_argument("--runtime", choices=RUNTIMES, default=SERVE_RUNTIME,
