@@ -8,7 +8,8 @@ reload switches both; SIGTERM answers what is in flight, exits 0 and leaves no w
 metrics folder behind. Bad worker counts and a port in use are one line and a non-zero exit.
 
 First, in this process, the supervisor's reload between two workers' lines with fake models: a
-reload that fails in one worker leaves both serving the old model, and one that succeeds switches both.
+reload that fails in one worker leaves both serving the old model, one that succeeds switches both,
+and a worker whose line to the supervisor closes stops itself.
 """
 
 from __future__ import annotations
@@ -159,7 +160,7 @@ def test_a_reload_that_fails_in_one_worker_switches_no_worker(tmp_path):
 
     supervisor = Supervisor({"m": str(folder)}, ServeConfig())
     supervisor.metrics_dir = str(tmp_path)
-    services, links, lines = [], [], []
+    services, links, lines, gone = [], [], [], [threading.Event(), threading.Event()]
     for index in range(2):
         registry = ModelRegistry({"m": folder}, loader(index))
         registry.load_all()
@@ -168,7 +169,7 @@ def test_a_reload_that_fails_in_one_worker_switches_no_worker(tmp_path):
         ours, theirs = socket.socketpair()
         supervisor.workers.append(Worker(index, SimpleNamespace(pid=0, wait=lambda: 0, poll=lambda: 0),
                                          Connection(ours.detach())))
-        links.append(WorkerLink(index, Connection(os.dup(theirs.fileno()))))
+        links.append(WorkerLink(index, Connection(os.dup(theirs.fileno())), on_gone=gone[index].set))
         links[-1].attach(service)
         services.append(service)
         lines.append(theirs)
@@ -193,12 +194,12 @@ def test_a_reload_that_fails_in_one_worker_switches_no_worker(tmp_path):
             assert service.registry.get("m").model.v == 2 and service.registry.get("m").version == version
             assert service.registry.slot("m").error is None
     finally:
-        for service in services:
-            service.shutting_down = True
+        services[1].shutting_down = True  # worker 1 stops first; worker 0 finds its line closed
         supervisor.stopping = True
-        for line in lines:  # the workers' ends close: the supervisor sees both end
+        for line in lines:  # both lines close: the supervisor sees both workers end
             line.shutdown(socket.SHUT_RDWR)
             line.close()
+    assert gone[0].wait(10) and not gone[1].is_set()  # a worker whose supervisor is gone stops itself
 
 
 def test_bad_worker_counts_are_one_line_errors(tickets):

@@ -28,6 +28,7 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
@@ -63,10 +64,13 @@ def relayed(info: tuple[str, str | None, int, int]) -> Relayed:
 
 class WorkerLink:
     """A worker's end of the line to its supervisor: answers the supervisor's requests on a
-    thread of its own and asks it for reloads (:class:`kformer.server.service.Service` holds it)."""
+    thread of its own and asks it for reloads (:class:`kformer.server.service.Service` holds it).
+    ``on_gone`` is called when the supervisor is gone and the service is not already stopping
+    (default: SIGTERM to this process, which then stops as at the supervisor's SIGTERM)."""
 
-    def __init__(self, index: int, connection: Any):
+    def __init__(self, index: int, connection: Any, on_gone: Callable[[], None] | None = None):
         self.index = index  # this worker's number, 0 to N-1 (the X-Kformer-Worker header)
+        self._on_gone = on_gone or (lambda: os.kill(os.getpid(), signal.SIGTERM))
         self.started = threading.Event()  # every worker has loaded its models once
         self._connection = connection  # a multiprocessing.connection.Connection
         self._send_lock = threading.Lock()
@@ -140,7 +144,7 @@ class WorkerLink:
                 future.set_result(gone)
         if not self._service.shutting_down:
             log.error("worker %d: the supervisor is gone; shutting down", self.index)
-            os.kill(os.getpid(), signal.SIGTERM)
+            self._on_gone()
 
     def _prepare(self, ticket: int, name: str) -> None:
         try:
