@@ -24,6 +24,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
+import sys
 import tempfile
 from pathlib import Path
 
@@ -108,6 +110,8 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8741, help="first of the ports used on 127.0.0.1")
     parser.add_argument("--no-record", action="store_true", help="print the table; do not append to BENCHMARKS.md")
     args = parser.parse_args()
+    # SIGTERM ends the run as Ctrl-C does: the services it started are stopped, not left running
+    signal.signal(signal.SIGTERM, lambda sig, frame: sys.exit(128 + sig))
 
     from kformer.data.readers import read_labelled
     from kformer.tasks import load
