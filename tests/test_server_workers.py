@@ -290,10 +290,10 @@ def test_sigterm_answers_what_is_in_flight_and_leaves_no_worker_behind(served):
     request = (f"POST {PREDICT} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                f"Content-Length: {len(body)}\r\n\r\n").encode() + body
     port = int(url.rsplit(":", 1)[1])
-    sockets = [socket.create_connection(("127.0.0.1", port)) for _ in range(12)]
-    for sock in sockets:  # 12 requests, 2 to a model call of 0.1 s: most are still queued at SIGTERM
+    sockets = [socket.create_connection(("127.0.0.1", port)) for _ in range(24)]
+    for sock in sockets:  # 24 requests, 2 to a model call of 0.1 s: half a second of work or more for each worker
         sock.sendall(request)
-    time.sleep(0.15)  # every request read by a worker
+    time.sleep(0.3)  # every request read by a worker; many still queued
     process.send_signal(signal.SIGTERM)
     sigterm_at, statuses, late = time.monotonic(), [], 0
     for sock in sockets:
