@@ -208,19 +208,32 @@ def load_times(model: Path, work: Path, runtimes: list[str]) -> list[dict]:
 # --- main --------------------------------------------------------------------------------------------
 
 
+def closed_rows(services: dict[str, Service], runtime: str, bodies: list[bytes], args) -> list[dict]:
+    """Once ``services`` (name -> service) are ready, a closed-loop row of each at each of
+    ``args.clients``, the services taking turns at every level."""
+    for service in services.values():
+        service.wait_ready()
+    rows = []
+    for clients in [int(n) for n in args.clients.split(",")]:
+        for name, service in services.items():
+            rows.append({"runtime": runtime, "system": name, "loop": "closed",
+                         **measure(service, bodies, args.seconds, args.max_requests, clients=clients)})
+            print(rows[-1], flush=True)
+    return rows
+
+
+def stop_all(services: dict[str, Service], runtime: str) -> dict[str, int | None]:
+    """SIGTERM every service; their exit codes by ``"runtime name"``."""
+    return {f"{runtime} {name}": service.stop() for name, service in services.items()}
+
+
 def run_runtime(runtime: str, model: Path, bodies: list[bytes], args, port: int, work: Path) -> tuple[list[dict], dict]:
     """Closed- and open-loop rows of both modes on ``runtime``; also the services' exit codes."""
     services = {name: Service(model, port + i, ["--runtime", runtime, *extra], work / f"{runtime}-{i}.log")
                 for i, (name, extra) in enumerate(MODES)}
     rows, exits = [], {}
     try:
-        for service in services.values():
-            service.wait_ready()
-        for clients in [int(n) for n in args.clients.split(",")]:
-            for name, service in services.items():
-                rows.append({"runtime": runtime, "system": name, "loop": "closed",
-                             **measure(service, bodies, args.seconds, args.max_requests, clients=clients)})
-                print(rows[-1], flush=True)
+        rows = closed_rows(services, runtime, bodies, args)
         capacity = max(r["req_per_s"] for r in rows if r["system"] == MODES[1][0])
         for share in (0.5, 0.9):
             for name, service in services.items():
@@ -228,8 +241,7 @@ def run_runtime(runtime: str, model: Path, bodies: list[bytes], args, port: int,
                 rows.append({"runtime": runtime, "system": name, "loop": f"open, {share:.0%} of naive capacity", **row})
                 print(rows[-1], flush=True)
     finally:
-        for name, service in services.items():
-            exits[f"{runtime} {name}"] = service.stop()
+        exits = stop_all(services, runtime)
     return rows, exits
 
 

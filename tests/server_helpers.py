@@ -45,6 +45,20 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def wait_until_ready(url: str, process, log: Path, timeout: float = LOAD_WAIT_S) -> None:
+    """Wait until the `kformer serve` subprocess ``process`` at ``url`` says it is ready; fail with
+    the end of its ``log`` when it exits first or takes over ``timeout`` seconds."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
+                return
+        assert process.poll() is None and time.monotonic() < deadline, Path(log).read_text()[-3000:]
+        time.sleep(0.2)
+
+
 @contextlib.contextmanager
 def uvicorn_thread(app, timeout: float = 120.0):
     """Serve ``app`` on 127.0.0.1 (a free port) from a thread until the block ends; yield the

@@ -511,7 +511,7 @@ def test_cli_serves_reloads_on_sighup_and_drains_on_sigterm(real_models, tmp_pat
     import subprocess
     import sys
 
-    from server_helpers import free_port
+    from server_helpers import free_port, wait_until_ready
 
     port = free_port()
     log = tmp_path / "serve.log"
@@ -524,15 +524,7 @@ def test_cli_serves_reloads_on_sighup_and_drains_on_sigterm(real_models, tmp_pat
     url = f"http://127.0.0.1:{port}"
     auth = {"Authorization": "Bearer k3y"}
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
+        wait_until_ready(url, process, log)
         assert httpx.get(f"{url}/v1/models", timeout=5).status_code == 401
         process.send_signal(signal.SIGHUP)
         for _ in range(100):

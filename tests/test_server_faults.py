@@ -160,7 +160,7 @@ def served(tmp_path_factory):
     """`kformer serve` of a tiny tickets classifier on 127.0.0.1 with --read-timeout-s 1 and every
     model call slowed by 0.15 s; yields (port, process, log). Stopped by the tests or at the end."""
     from conftest import write_tickets
-    from server_helpers import TINY_CLASSIFIER, free_port
+    from server_helpers import TINY_CLASSIFIER, free_port, wait_until_ready
 
     from kformer.tasks import classify
 
@@ -174,15 +174,7 @@ def served(tmp_path_factory):
              "--read-timeout-s", str(READ_TIMEOUT_S), "--max-batch", "8", "--shutdown-grace-s", "20"],
             stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.2)
+        wait_until_ready(f"http://127.0.0.1:{port}", process, log)
         yield port, process, log
     finally:
         if process.poll() is None:

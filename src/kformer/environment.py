@@ -60,3 +60,24 @@ def _imported_backend() -> str | None:
     keras = sys.modules.get("keras")
     backend = getattr(getattr(keras, "backend", None), "backend", None)
     return backend() if callable(backend) else None
+
+
+def silence_native_stderr() -> None:
+    """Send C++ log lines (TensorFlow/XLA start-up notices such as "Could not find cuda drivers")
+    to /dev/null while Python's own stderr (warnings, errors) keeps the terminal.
+
+    TF_CPP_MIN_LOG_LEVEL no longer silences them: they are written before logging is set up.
+    KFORMER_DEBUG=1 keeps them. The ``kformer`` command calls it first thing, and so does each worker
+    process of ``kformer serve --workers N``.
+    """
+    if os.environ.get("KFORMER_DEBUG"):
+        return
+    try:
+        sys.stderr.flush()
+        python_stderr = os.dup(2)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+        sys.stderr = os.fdopen(python_stderr, "w", buffering=1, encoding="utf-8", errors="replace")
+    except (OSError, ValueError):  # no real file descriptor 2 (embedded use): leave it be
+        pass

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from kformer import __version__
 from kformer.cli.distribute import local_job
-from kformer.environment import setup
+from kformer.environment import setup, silence_native_stderr
 from kformer.errors import KformerError
 from kformer.tasks.arithmetic.settings import ArithmeticConfig
 
@@ -206,26 +206,6 @@ def interrupted_line(exc: KeyboardInterrupt, argv: list[str]) -> str:
     return f"kformer: interrupted {where}; the checkpoint after epoch {epochs_done} is kept; resume with: {command}"
 
 
-def _silence_native_stderr() -> None:
-    """Send C++ log lines (TensorFlow/XLA start-up notices such as "Could not find cuda drivers")
-    to /dev/null while Python's own stderr (warnings, errors) keeps the terminal.
-
-    TF_CPP_MIN_LOG_LEVEL no longer silences them: they are written before logging is set up.
-    KFORMER_DEBUG=1 keeps them.
-    """
-    if os.environ.get("KFORMER_DEBUG"):
-        return
-    try:
-        sys.stderr.flush()
-        python_stderr = os.dup(2)
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 2)
-        os.close(devnull)
-        sys.stderr = os.fdopen(python_stderr, "w", buffering=1, encoding="utf-8", errors="replace")
-    except (OSError, ValueError):  # no real file descriptor 2 (embedded use): leave it be
-        pass
-
-
 def _backend_for(args: argparse.Namespace) -> str | None:
     """``--distribute`` trains on Keras' JAX backend: chosen unless the user set ``KERAS_BACKEND``
     (read before :func:`kformer.setup` writes it) or Keras is already imported;
@@ -286,7 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run() -> None:
     """Entry point of the ``kformer`` command and ``python -m kformer``."""
-    _silence_native_stderr()
+    silence_native_stderr()
     sys.exit(main())
 
 

@@ -1,8 +1,9 @@
 """``kformer serve``: parse the options into a :class:`~kformer.server.ServeConfig`, run uvicorn.
 
 The service itself is :mod:`kformer.server` (imported only when the command runs, so
-``kformer --help`` stays instant). SIGTERM drains in-flight requests and exits 0; SIGHUP
-reloads every model from its folder.
+``kformer --help`` stays instant): in this process (:func:`kformer.server.runner.run_app`), or
+with ``--workers N`` as N worker processes under this one (:mod:`kformer.server.workers`).
+SIGTERM drains in-flight requests and exits 0; SIGHUP reloads every model from its folder.
 """
 
 from __future__ import annotations
@@ -69,6 +70,12 @@ def register(commands, train_tasks) -> None:
     serve.add_argument("--read-timeout-s", type=float, default=defaults.read_timeout_s, metavar="S",
                        help="close a connection whose request (head and body) has not fully arrived S seconds "
                        f"after connecting or after its previous answer: slow clients (default {defaults.read_timeout_s:g})")
+    serve.add_argument("--workers", type=_workers, default=defaults.workers, metavar="N",
+                       help=f"processes serving the port (default {defaults.workers}; auto: one per usable core), each "
+                       "with its own copy of the models and inference thread and KFORMER_THREADS threads (default: "
+                       "the cores / N); more than one puts the requests' HTTP handling on more than one core "
+                       "(python -m bench.serve_workers measures it). /metrics sums over the workers; a reload "
+                       "switches every worker or none; send SIGHUP and SIGTERM to this command's process")
     serve.add_argument("--access-log", action="store_true", help="log every request")
     serve.add_argument("--runtime", choices=RUNTIMES, default=SERVE_RUNTIME,
                        help=f"where classifiers' :predict runs (default {SERVE_RUNTIME}: converted to ONNX Runtime once "
@@ -77,6 +84,18 @@ def register(commands, train_tasks) -> None:
                        "faster for large networks such as a fine-tuned MiniLM at a small accuracy cost; :explain still "
                        "uses Keras; other tasks stay on Keras)")
     serve.set_defaults(handler=_serve)
+
+
+def _workers(value: str) -> int:
+    """``--workers``: a whole number (ServeConfig checks its range) or ``auto``, one per usable core."""
+    if value.strip().lower() == "auto":
+        from kformer.threads import usable_cores
+
+        return usable_cores()
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes a whole number or 'auto', not {value!r}") from None
 
 
 def parse_models(specs: list[str]) -> dict[str, str]:
@@ -110,7 +129,7 @@ def config_from_args(args: argparse.Namespace):
         max_instances=args.max_instances, max_chars=args.max_chars, api_key_env=args.api_key_env,
         cors_origins=tuple(args.cors_origins), batching=args.batching, shutdown_grace_s=args.shutdown_grace_s,
         read_timeout_s=args.read_timeout_s,
-        access_log=args.access_log, runtime=args.runtime, freeze_heap=True,
+        access_log=args.access_log, runtime=args.runtime, freeze_heap=True, workers=args.workers,
     )
 
 
@@ -121,35 +140,23 @@ def _serve(args: argparse.Namespace) -> int:
 
     # the [serve] extra brings [export] along: the onnx runtimes convert classifiers at load
     require("kformer serve", "serve", EXTRAS["serve"] + (EXTRAS["export"] if args.runtime != "keras" else ()))
-    import uvicorn
-
-    from kformer.server import create_app
-    from kformer.server.protocol import uvicorn_config
-
     models = parse_models(args.models)
     config = config_from_args(args)
-    app = create_app(models, config)
-    service = app.state.service
+    config.api_key()  # a missing key fails now, in this process, whatever --workers says
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s", stream=sys.stderr)
-
-    class Server(uvicorn.Server):
-        """uvicorn, plus: readiness turns 503 at SIGTERM; a failed start-up load ends the process."""
-
-        def handle_exit(self, sig, frame) -> None:
-            service.begin_shutdown()
-            super().handle_exit(sig, frame)
-
-        async def on_tick(self, counter: int) -> bool:
-            return service.failed is not None or await super().on_tick(counter)
-
-    server = Server(uvicorn_config(app, config))
-    # uvicorn restores the handler it found and then re-raises SIGTERM: a no-op one makes the exit 0
-    signal.signal(signal.SIGTERM, lambda sig, frame: None)
-    if hasattr(signal, "SIGHUP"):
-        signal.signal(signal.SIGHUP, lambda sig, frame: service.reload_all_in_background())
-    print(f"kformer serve: loading {', '.join(models)}; http://{config.host}:{config.port}/ "
+    workers = f" with {config.workers} workers" if config.workers > 1 else ""
+    print(f"kformer serve: loading {', '.join(models)}{workers}; http://{config.host}:{config.port}/ "
           "(ready when /v2/health/ready says 200)", file=sys.stderr, flush=True)
-    server.run()
-    if service.failed is not None:
-        raise service.failed
+    if config.workers > 1:
+        from kformer.server.workers import serve_workers
+
+        serve_workers(models, config)
+        return 0
+    from kformer.server import create_app
+    from kformer.server.runner import run_app
+
+    app = create_app(models, config)
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, lambda sig, frame: app.state.service.reload_all_in_background())
+    run_app(app)
     return 0

@@ -8,7 +8,9 @@ Modules, one job each: :mod:`.config` (settings), :mod:`.registry` (loading, ver
 :mod:`.validation` (bodies and limits), :mod:`.http_errors`, :mod:`.auth`, :mod:`.metrics`,
 :mod:`.app` (the app, health and kformer's own routes), :mod:`.tf_serving` (TensorFlow Serving's
 REST API), :mod:`.open_inference` and :mod:`.v2_tensors` (the Open Inference Protocol, KServe v2),
-:mod:`.outputs` (predictions as named tensors), :mod:`.replies` and ``static/`` (the page). The server calls :mod:`kformer.tasks` for models.
+:mod:`.outputs` (predictions as named tensors), :mod:`.replies` and ``static/`` (the page),
+:mod:`.runner` (uvicorn as ``kformer serve`` runs it), :mod:`.workers` and :mod:`.cluster` (``--workers N``:
+the supervisor and its worker processes). The server calls :mod:`kformer.tasks` for models.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from fastapi.staticfiles import StaticFiles
 from kformer import __version__, setup
 from kformer.errors import BadInput
 from kformer.server.auth import bearer_check
+from kformer.server.cluster import WorkerLink
 from kformer.server.config import ServeConfig
 from kformer.server.http_errors import install_error_handlers
 from kformer.server.open_inference import open_inference_routes
@@ -45,16 +46,18 @@ EXPLAIN_BODY = {
 }
 
 
-def create_app(models: Mapping[str, Any], config: ServeConfig | None = None, *, loader: Loader | None = None) -> FastAPI:
+def create_app(models: Mapping[str, Any], config: ServeConfig | None = None, *, loader: Loader | None = None,
+               link: WorkerLink | None = None) -> FastAPI:
     """An ASGI app serving ``models``: name -> model folder (loaded in safe mode with
     :func:`kformer.tasks.load`, or ``loader``) or an already loaded TaskModel.
 
     Models load in the background when the app starts (its lifespan), never at import or here.
-    Calls :func:`kformer.setup` first (a no-op when the process has already done it).
+    Calls :func:`kformer.setup` first (a no-op when the process has already done it). ``link``:
+    this process is one worker of ``kformer serve --workers N`` (:mod:`kformer.server.workers`).
     """
     setup()
     config = config or ServeConfig()
-    service = Service(models, config, loader)
+    service = Service(models, config, loader, link)
     api_key = config.api_key()
 
     @asynccontextmanager
@@ -75,6 +78,8 @@ def create_app(models: Mapping[str, Any], config: ServeConfig | None = None, *, 
         app.add_middleware(CORSMiddleware, allow_origins=list(config.cors_origins), allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type"])
     app.add_middleware(MetricsMiddleware, service=service)
+    if link is not None:
+        app.add_middleware(WorkerHeader, index=link.index)
     app.include_router(_health_routes(service))
     app.include_router(_model_routes(service), dependencies=[Depends(bearer_check(api_key))])
     app.include_router(tf_serving_routes(service), dependencies=[Depends(bearer_check(api_key))])
@@ -116,6 +121,26 @@ class MetricsMiddleware:
             self.service.metrics.observe_request(model, getattr(route, "path", "unmatched"), status, started)
 
 
+class WorkerHeader:
+    """Names the worker that answered, ``X-Kformer-Worker: 0`` to ``N-1``, on every answer of a
+    worker of ``kformer serve --workers N`` (a plain ASGI middleware)."""
+
+    def __init__(self, app, index: int):
+        self.app = app
+        self.header = (b"x-kformer-worker", str(index).encode())
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def send_named(message):
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), self.header]}
+            await send(message)
+
+        await self.app(scope, receive, send_named)
+
+
 def _health_routes(service: Service) -> APIRouter:
     router = APIRouter(tags=["health"])
 
@@ -126,12 +151,14 @@ def _health_routes(service: Service) -> APIRouter:
 
     @router.get("/v2/health/ready")
     async def ready() -> JSONResponse:
-        """200 once every model is loaded and warmed; 503 before that and once shutdown began."""
+        """200 once every model is loaded and warmed (in every worker); 503 before that and once shutdown began."""
         body = {
             "ready": service.ready,
             "shutting_down": service.shutting_down,
             "loading": [name for name, slot in service.registry.slots.items() if slot.current is None],
         }
+        if service.link is not None:
+            body["workers_started"] = service.link.started.is_set()
         if service.failed is not None:
             body["error"] = str(service.failed)
         headers = {} if service.ready else {"Retry-After": "1"}
@@ -189,8 +216,7 @@ def _inference_routes(service: Service) -> APIRouter:
     @router.post("/v1/models/{name}:reload")
     async def reload(name: str) -> dict:
         """Load the model's folder again, warm it and swap it in; the old one serves until then."""
-        new, old = await service.reload(name)
-        previous = old.version if old else None
-        return {"model": name, "version": new.version, "previous_version": previous, "changed": new.version != previous}
+        version, previous = await service.reload(name)
+        return {"model": name, "version": version, "previous_version": previous, "changed": version != previous}
 
     return router

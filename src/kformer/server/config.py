@@ -7,6 +7,8 @@ from dataclasses import dataclass, fields
 
 from kformer.errors import BadInput
 
+MAX_WORKERS = 64  # each worker holds its own copy of every model
+
 
 @dataclass(frozen=True)
 class ServeConfig:
@@ -38,6 +40,10 @@ class ServeConfig:
         freeze_heap: once the models are loaded (and after each reload), collect the garbage and
             freeze the rest out of Python's garbage collector (:func:`kformer.server.registry.settle_heap`).
             ``kformer serve`` turns it on; off in Python, where the process is the caller's.
+        workers: processes serving the one port (``kformer serve --workers N``), each with its own
+            models, inference thread and share of the cores; more than 1 puts the HTTP handling
+            of requests on more than one core (:mod:`kformer.server.workers`). :func:`create_app`
+            serves in the caller's process and ignores it.
     """
 
     host: str = "127.0.0.1"
@@ -57,6 +63,7 @@ class ServeConfig:
     access_log: bool = False
     runtime: str = "keras"
     freeze_heap: bool = False
+    workers: int = 1
 
     def __post_init__(self) -> None:
         for spec in fields(self):
@@ -71,6 +78,8 @@ class ServeConfig:
         check_runtime(self.runtime)
         if self.port > 65535:
             raise BadInput(f"{{field}} must be at most 65535, not {self.port}", field="port")
+        if self.workers > MAX_WORKERS:
+            raise BadInput(f"{{field}} must be at most {MAX_WORKERS}, not {self.workers}", field="workers")
 
     def api_key(self) -> str | None:
         """The API key from ``api_key_env`` (None without one); a missing or empty variable is an error."""

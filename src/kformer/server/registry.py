@@ -133,26 +133,43 @@ class ModelRegistry:
         Requests keep being answered by the old model until the swap. If the folder fails to
         load, the old model keeps serving and the error is raised (and remembered in the slot).
         """
+        with self._reload_lock:
+            served = self.prepare(name)
+            return served, self.swap(name, served)
+
+    def prepare(self, name: str) -> Served:
+        """Load and warm ``name``'s folder again without swapping it in (the first half of
+        :meth:`reload`; with ``--workers N`` every worker prepares before any swaps). A failure is
+        remembered in the slot, logged and raised; the old model keeps serving."""
         slot = self.slot(name)
         if slot.folder is None:
             raise ModelNotFound(f"model '{name}' was not loaded from a folder, so it cannot be reloaded", field="model")
-        with self._reload_lock:
-            try:
-                served = self._load(name, preloaded=False)
-            except KformerError as exc:
-                slot.error = str(exc)
-                log.error("reloading model %s from %s failed, still serving the old one: %s", name, slot.folder, exc)
-                raise
-            except Exception as exc:
-                slot.error = f"{type(exc).__name__}: {exc}"
-                log.exception("reloading model %s from %s failed, still serving the old one", name, slot.folder)
-                raise
-            with self._lock:
-                old, slot.current, slot.error = slot.current, served, None
-            if self._settle:
-                settle_heap()
+        try:
+            return self._load(name, preloaded=False)
+        except KformerError as exc:
+            slot.error = str(exc)
+            log.error("reloading model %s from %s failed, still serving the old one: %s", name, slot.folder, exc)
+            raise
+        except Exception as exc:
+            slot.error = f"{type(exc).__name__}: {exc}"
+            log.exception("reloading model %s from %s failed, still serving the old one", name, slot.folder)
+            raise
+
+    def swap(self, name: str, served: Served) -> Served | None:
+        """Serve ``served`` (from :meth:`prepare`) as ``name`` from now on; returns the model it replaced."""
+        slot = self.slot(name)
+        with self._lock:
+            old, slot.current, slot.error = slot.current, served, None
+        if self._settle:
+            settle_heap()
         log.info("model %s: version %s swapped in (was %s)", name, served.version, old.version if old else "none")
-        return served, old
+        return old
+
+    def keep(self, name: str, error: str) -> None:
+        """Keep serving the old model after a reload failed elsewhere (another worker); ``error`` is
+        shown in the model's status, as a failure here would be."""
+        self.slot(name).error = error
+        log.error("reloading model %s failed, still serving the old one: %s", name, error)
 
     def reload_all(self) -> dict[str, str]:
         """Reload every model loaded from a folder (SIGHUP); returns name -> new version or error."""

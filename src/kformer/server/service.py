@@ -19,6 +19,7 @@ from typing import Any
 
 from kformer.errors import KformerError, Overloaded
 from kformer.server.batching import EXPLAIN, PREDICT, InferenceWorker, Job
+from kformer.server.cluster import WorkerLink
 from kformer.server.config import ServeConfig
 from kformer.server.http_errors import ClientGone, GatewayTimeout, InternalError
 from kformer.server.metrics import ServiceMetrics
@@ -31,8 +32,10 @@ log = logging.getLogger("kformer.server")
 class Service:
     """Everything one app serves. ``start()`` in the lifespan's start-up, ``stop()`` at its end."""
 
-    def __init__(self, models: Mapping[str, Any], config: ServeConfig, loader: Loader | None = None):
+    def __init__(self, models: Mapping[str, Any], config: ServeConfig, loader: Loader | None = None,
+                 link: WorkerLink | None = None):
         self.config = config
+        self.link = link  # this process's line to its supervisor when it is one of N workers
         self.registry = ModelRegistry(models, loader or functools.partial(load_folder, runtime=config.runtime),
                                       settle=config.freeze_heap)
         self.metrics = ServiceMetrics()
@@ -55,6 +58,8 @@ class Service:
     def start(self) -> None:
         """Start the inference thread and load every model in the background."""
         self.worker.start()
+        if self.link is not None:
+            self.link.attach(self)
         threading.Thread(target=self._load_all, name="kformer-loader", daemon=True).start()
 
     def _load_all(self) -> None:
@@ -73,7 +78,9 @@ class Service:
 
     @property
     def ready(self) -> bool:
-        return not self.shutting_down and self.failed is None and self.registry.ready()
+        """Every model loaded and warmed -- in every worker, when this is one of N -- and no shutdown begun."""
+        return (not self.shutting_down and self.failed is None and self.registry.ready()
+                and (self.link is None or self.link.started.is_set()))
 
     def begin_shutdown(self) -> None:
         """From now on readiness says 503 (SIGTERM calls this before requests drain)."""
@@ -152,10 +159,14 @@ class Service:
             if watcher is not None:
                 watcher.cancel()
 
-    async def reload(self, name: str) -> tuple[Served, Served | None]:
-        """Reload ``name`` from its folder on a loader thread; requests keep flowing meanwhile."""
+    async def reload(self, name: str) -> tuple[str, str | None]:
+        """Reload ``name`` from its folder on a loader thread -- in every worker, when this is one
+        of N -- while requests keep flowing; ``(new version, previous version)``."""
         self.registry.slot(name)
-        return await asyncio.to_thread(self.registry.reload, name)
+        if self.link is not None:
+            return await asyncio.to_thread(self.link.reload, name)
+        new, old = await asyncio.to_thread(self.registry.reload, name)
+        return new.version, old.version if old else None
 
     def reload_all_in_background(self) -> None:
         """SIGHUP: reload every folder-backed model on a thread of its own."""
