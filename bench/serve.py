@@ -262,11 +262,17 @@ def verdicts(rows: list[dict], runtimes: list[str], levels: list[int]) -> list[s
     return lines
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_model_args(parser) -> None:
+    """The flags of the served model, shared with ``bench.serve_workers``: a trained tickets folder
+    (or the budget to train one) and the runtimes to serve it on."""
     parser.add_argument("--model", type=Path, help="a trained tickets model folder (default: train one)")
     parser.add_argument("--train-minutes", type=float, default=5.0, help="training budget without --model")
     parser.add_argument("--runtimes", default="onnx,keras", help="runtimes to serve on (default onnx,keras)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_model_args(parser)
     parser.add_argument("--clients", default="1,8,32,64", help="closed-loop concurrency levels (default 1,8,32,64)")
     parser.add_argument("--seconds", type=float, default=20.0, help="seconds per closed-loop level and mode (default 20)")
     parser.add_argument("--open-seconds", type=float, default=20.0, help="seconds per open-loop rate and mode")

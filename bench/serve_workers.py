@@ -31,7 +31,14 @@ from pathlib import Path
 
 from bench.harness import record_or_print, require_shared_data
 from bench.headlines import Headline
-from bench.serve import Service, closed_rows, raw_throughput, stop_all, train_tickets
+from bench.serve import (
+    Service,
+    add_model_args,
+    closed_rows,
+    raw_throughput,
+    stop_all,
+    train_tickets,
+)
 
 TITLE = "Serving with workers: kformer serve --workers 2 vs 1"
 # This benchmark's rows in BENCHMARKS.md's summary (bench/headlines.py says how they are read)
@@ -100,9 +107,7 @@ def verdict(rows: list[dict], runtime: str, raw: float, top: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, help="a trained tickets model folder (default: train one)")
-    parser.add_argument("--train-minutes", type=float, default=5.0, help="training budget without --model")
-    parser.add_argument("--runtimes", default="onnx,keras", help="runtimes to serve on (default onnx,keras)")
+    add_model_args(parser)
     parser.add_argument("--workers", default="1,2", help="worker counts to compare (default 1,2)")
     parser.add_argument("--clients", default="1,8,32,64", help="closed-loop concurrency levels (default 1,8,32,64)")
     parser.add_argument("--seconds", type=float, default=20.0, help="seconds per level and worker count (default 20)")
