@@ -281,11 +281,11 @@ def test_a_job_whose_worker_is_killed_mid_checkpoint_completes_by_itself_from_th
 
 def test_the_batch_die_fault_kills_after_its_batch(monkeypatch):
     from kformer import faults
-    from kformer.training.callbacks import BatchSleep
+    from kformer.training.callbacks import BatchFaults
 
     killed = []
     monkeypatch.setattr(faults, "die", lambda: killed.append(True))
-    fault = BatchSleep(0.0, die_at=(2, 3))
+    fault = BatchFaults(0.0, die_at=(2, 3))
     fault.on_epoch_begin(0)
     fault.on_train_batch_end(2)  # epoch 1, batch 3
     fault.on_epoch_begin(1)

@@ -87,7 +87,7 @@ class BestEpoch(keras.callbacks.EarlyStopping):
             self._best_loss = self._loss
         return better
 
-class BatchSleep(keras.callbacks.Callback):
+class BatchFaults(keras.callbacks.Callback):
     """The ``batch-sleep``, ``batch-pause`` and ``batch-die`` faults (:mod:`kformer.faults`): after every
     batch, sleep ``seconds`` and print ``kformer: fault: epoch <e> batch <b>`` to stderr; after batch
     ``pause_at`` (``(epoch, batch)``, 1-based) also print ``kformer: fault: paused at ...`` and sleep

@@ -19,7 +19,7 @@ import keras
 
 from kformer import faults
 from kformer.training.callbacks import (
-    BatchSleep,
+    BatchFaults,
     BestEpoch,
     Heartbeat,
     Position,
@@ -174,7 +174,7 @@ def _extra_callbacks(train, plan: FitPlan, initial_epoch: int, spent: float, pro
         extra.append(Heartbeat(job.heartbeat))
     sleep, pause, die = faults.batch_sleep(), faults.batch_pause(), faults.batch_die()
     if sleep is not None or pause is not None or die is not None:
-        extra.append(BatchSleep(sleep or 0.0, pause, faults.PAUSE_SECONDS, die))
+        extra.append(BatchFaults(sleep or 0.0, pause, faults.PAUSE_SECONDS, die))
     x = train[0] if isinstance(train, tuple) else train
     steps = _steps_per_epoch(x, plan.batch_size)
     budget = None if plan.max_minutes is None else max(float(plan.max_minutes) * 60.0 - spent, 0.0)
