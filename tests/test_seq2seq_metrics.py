@@ -59,3 +59,22 @@ def test_masked_accuracy_ignores_padding_and_accumulates():
     assert float(metric.result()) == pytest.approx(2 / 3)
     metric.reset_state()
     assert float(metric.result()) == 0.0
+
+
+def test_loss_gradient_is_softmax_minus_smoothed_target_over_real_tokens():
+    import tensorflow as tf
+
+    rng = np.random.default_rng(2)
+    logits = tf.constant(rng.normal(size=(2, 3, 5)).astype("float32"))
+    y = np.array([[1, 4, 0], [2, 0, 0]])
+    eps = 0.2
+    with tf.GradientTape() as tape:
+        tape.watch(logits)
+        loss = MaskedSparseCategoricalCrossentropy(label_smoothing=eps)(y, logits)
+    grad = tape.gradient(loss, logits).numpy()
+    probs = np.exp(_log_softmax(logits.numpy()))
+    target = np.full((2, 3, 5), eps / 5)
+    for b, t in np.argwhere(y != 0):
+        target[b, t, y[b, t]] += 1 - eps
+    mask = (y != 0)[..., None]
+    np.testing.assert_allclose(grad, (probs - target) * mask / mask.sum(), atol=1e-6)

@@ -29,18 +29,24 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
         self.pad_id = int(pad_id)
 
     def call(self, y_true, y_pred):
-        """Per-token losses (batch, T), zero at padding."""
+        """Per-token losses (batch, T), zero at padding.
+
+        The smoothed target distribution ``(1 - eps) * one_hot + eps / vocab`` goes through one
+        fused softmax cross-entropy (TensorFlow's computes the gradient ``softmax - target`` in the
+        same pass). The same loss written as log-softmax + a gather of the true token's log
+        probability spent about a quarter of the en-es training step in the gather's gradient, a
+        scatter over the ``(batch * T, vocab)`` logits (``python -m bench.roofline``)."""
         y_true = ops.cast(y_true, "int32")
         y_pred = ops.cast(y_pred, "float32")
-        if self.from_logits:
-            log_probs = ops.log_softmax(y_pred, axis=-1)
-        else:
-            log_probs = ops.log(ops.clip(y_pred, 1e-7, 1.0))
-        true_log_prob = ops.take_along_axis(log_probs, ops.expand_dims(y_true, -1), axis=-1)[..., 0]
-        losses = -true_log_prob
+        vocab = ops.shape(y_pred)[-1]
+        target = ops.one_hot(y_true, vocab, dtype="float32")
         if self.label_smoothing:
             eps = self.label_smoothing
-            losses = (1.0 - eps) * losses - eps * ops.mean(log_probs, axis=-1)
+            target = target * (1.0 - eps) + eps / ops.cast(vocab, "float32")
+        if self.from_logits:
+            losses = ops.categorical_crossentropy(target, y_pred, from_logits=True)
+        else:
+            losses = -ops.sum(target * ops.log(ops.clip(y_pred, 1e-7, 1.0)), axis=-1)
         mask = ops.cast(ops.not_equal(y_true, self.pad_id), losses.dtype)
         return losses * mask
 
