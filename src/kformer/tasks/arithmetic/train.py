@@ -124,20 +124,11 @@ def _fit(config: ArithmeticConfig, state_dir: Path, resume: bool, progress: Prog
     """Build, compile and train the model. With a ``cluster`` (inside its scope) each process
     feeds its rows and takes process 0's time-budget decisions."""
     from kformer import parallel, training
-    from kformer.models.seq2seq import Seq2SeqTransformer, compile_seq2seq
-    from kformer.precision import precision_scope
+    from kformer.models.seq2seq import compile_seq2seq
 
     fmt = config.answer_format()
     training.set_seed(config.seed)
-    vocab_size = len(fmt.vocabulary)
-    with precision_scope(config.precision):
-        model = Seq2SeqTransformer(
-            vocab_size, vocab_size, fmt.source_length, fmt.target_length,
-            dim=config.dim, heads=config.heads, ff_dim=config.ff_dim, encoder_layers=config.encoder_layers,
-            decoder_layers=config.decoder_layers, dropout=config.dropout, positions=config.positions,
-            tie_embeddings=config.tie_embeddings, norm_first=config.norm_first,
-            attention_window=config.attention_window,
-        )
+    model = build_model(config)
     # constant rate in the optimizer; the callback warms up, then decays over the steps or the budget
     compile_seq2seq(model, config.learning_rate, config.warmup_steps, None, label_smoothing=config.label_smoothing,
                     weight_decay=config.weight_decay, jit_compile=config.jit_compile)
@@ -154,6 +145,24 @@ def _fit(config: ArithmeticConfig, state_dir: Path, resume: bool, progress: Prog
                             resume=resume)
     result = parallel.fit(cluster, model, batches, None, plan, shard=False, callbacks=[schedule], progress=progress)
     return _Fitted(model, result.seconds, schedule.steps - first_step, result.stopped_by_budget)
+
+
+def build_model(config: ArithmeticConfig):
+    """The uncompiled encoder-decoder ``config`` describes (in its ``precision``), sized for its
+    answer format's vocabulary and lengths."""
+    from kformer.models.seq2seq import Seq2SeqTransformer
+    from kformer.precision import precision_scope
+
+    fmt = config.answer_format()
+    vocab_size = len(fmt.vocabulary)
+    with precision_scope(config.precision):
+        return Seq2SeqTransformer(
+            vocab_size, vocab_size, fmt.source_length, fmt.target_length,
+            dim=config.dim, heads=config.heads, ff_dim=config.ff_dim, encoder_layers=config.encoder_layers,
+            decoder_layers=config.decoder_layers, dropout=config.dropout, positions=config.positions,
+            tie_embeddings=config.tie_embeddings, norm_first=config.norm_first,
+            attention_window=config.attention_window,
+        )
 
 
 def problem_batches(fmt, batch_size: int, steps: int, seed: int, cluster: Cluster | None = None):
