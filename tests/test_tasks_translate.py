@@ -48,7 +48,8 @@ def test_train_from_a_tiny_file_writes_a_folder_with_auto_choices(runs):
     auto = json.loads((out / "metrics.json").read_text(encoding="utf-8"))["auto"]
     assert set(auto) == {"encoder", "retrieval", "tokens", "max_length", "warmup_steps", "shared_vocab",
                          "target_vocab_size", "tie_embeddings", "norm_first",
-                         "early_stopping"}  # batch_size is given: no token budget
+                         "early_stopping", "jit_compile"}  # batch_size is given: no token budget
+    assert auto["jit_compile"]["value"] is False  # 2 updates: compiling the step would not pay
     assert auto["encoder"]["value"] == "scratch"  # not English, and a toy corpus (tests/test_translate_pretrained.py)
     assert auto["retrieval"]["value"] == "off"
     assert all(item["why"] for item in auto.values()) and first.config.batch_tokens == "auto"
@@ -64,6 +65,14 @@ def test_train_from_a_tiny_file_writes_a_folder_with_auto_choices(runs):
     manifest = json.loads((out / "kformer.json").read_text(encoding="utf-8"))
     assert manifest["task"] == "translate" and manifest["format_version"] >= 1
     assert manifest["max_source_length"] == first.config.max_length
+
+
+def test_an_xla_step_trains_and_scores(tmp_path):
+    pairs = number_pairs(16, seed=1)
+    result = translate.train({**TINY, "epochs": 1, "jit_compile": True}, pairs, tmp_path / "xla", valid=pairs,
+                             test=pairs)
+    assert result.config.jit_compile is True and "jit_compile" not in result.auto
+    assert np.isfinite(result.metrics["valid_loss"]) and result.metrics["test"]["n"] == 16
 
 
 def test_resume_continues_from_the_checkpoint(runs):

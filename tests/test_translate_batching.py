@@ -204,6 +204,14 @@ def test_a_three_minute_tico_run_leaves_out_the_startup_and_packs_1024_token_bat
     assert translate_auto.run_tokens(100_767, 20, 0.2, small) == pytest.approx(0.2 * 6 * small.tokens_per_second)
 
 
+def test_xla_compiles_the_step_only_where_it_repays_the_compiles():
+    least = translate_auto.XLA_MIN_UPDATES
+    assert translate_auto.xla_rule(least, "tensorflow")[0] is True
+    assert translate_auto.xla_rule(least - 1, "tensorflow")[0] is False
+    assert translate_auto.xla_rule(10 * least, "tensorflow", "minilm")[0] is False  # not measured
+    assert translate_auto.xla_rule(1, "jax")[0] is True  # op by op would be far slower
+
+
 def test_the_registry_chooses_exactly_the_settings_that_may_be_auto_and_says_each_once():
     import dataclasses
 

@@ -54,6 +54,11 @@ MIN_UPDATES = 400  # a run should make at least this many optimizer steps
 MIN_BATCHES_PER_EPOCH = 8
 BATCH_TOKENS_RANGE = (64, 4096)
 WARMUP_SHARE, WARMUP_MAX = 0.05, 1000
+# XLA (bench.roofline, BENCHMARKS.md, 2026-12-04): on 24 of the en-es recipe's 4,096-token batches an XLA step took
+# 462 ms against the plain graph's 757 (both with the fused loss of kformer.metrics), after 22 s more of tracing and
+# compiling: it repays that after about 75 updates. A smaller batch saves less per step for the same compiles (a
+# 1,024-token batch, about a quarter as much if the saving scales with the tokens: ~300 updates); 500 leaves margin.
+XLA_MIN_UPDATES = 500
 
 
 @dataclass(frozen=True)
@@ -249,10 +254,25 @@ def _learning_rate(config, stats: EncodedStats):
 @RULES.rule("warmup_steps", phase="encoded", summary=(
     f"{WARMUP_SHARE:.0%} of the updates the run is expected to make, at least 1, at most {WARMUP_MAX}"))
 def _warmup_steps(config, stats: EncodedStats):
+    return warmup_rule(expected_updates(config, stats))
+
+
+@RULES.rule("jit_compile", phase="encoded", summary=(
+    f"XLA for kformer's own encoder when the run is expected to make at least {XLA_MIN_UPDATES:,} updates (each "
+    "batch shape compiles once, then every step runs faster), and always on JAX, whose steps run op by op without it"))
+def _jit_compile(config, stats: EncodedStats):
+    import keras
+
+    return xla_rule(expected_updates(config, stats), keras.backend.backend(), config.encoder)
+
+
+def expected_updates(config, stats: EncodedStats) -> int:
+    """Optimizer steps the run is expected to make: its epochs of batches, or fewer when
+    ``max_minutes`` ends it first (:func:`run_tokens`)."""
     lengths, tokens = stats.pair_lengths(config.max_length), stats.target_tokens(config.max_length)
     steps = max(1, batch_plan(config, lengths, shuffle=False).steps)  # batches per epoch
     expected = run_tokens(tokens, config.epochs, config.max_minutes, nearest_size(config.dim))
-    return warmup_rule(int(min(config.epochs * steps, math.ceil(expected / max(1.0, tokens / steps)))))
+    return int(min(config.epochs * steps, math.ceil(expected / max(1.0, tokens / steps))))
 
 
 @RULES.rule("early_stopping", phase="encoded", summary="accuracy with label smoothing, whose smoothed validation loss "
@@ -365,6 +385,18 @@ def warmup_rule(updates: int) -> tuple[int, str]:
     """``warmup_steps`` for a run expected to make ``updates`` optimizer steps."""
     return (int(min(WARMUP_MAX, max(1, round(WARMUP_SHARE * updates)))),
             f"{WARMUP_SHARE:.0%} of the ~{updates:,} updates expected, at least 1, at most {WARMUP_MAX}")
+
+
+def xla_rule(updates: int, backend: str, encoder: str = "scratch") -> tuple[bool, str]:
+    """``jit_compile`` for a run expected to make ``updates`` steps on this Keras ``backend``
+    with this ``encoder``."""
+    if backend == "jax":
+        return True, "JAX: without XLA every step runs op by op"
+    if encoder != "scratch":
+        return False, f"a pretrained encoder ({encoder}): its step under XLA is not measured"
+    if updates >= XLA_MIN_UPDATES:
+        return True, f"~{updates:,} updates expected: the per-shape compiles pay for themselves"
+    return False, f"~{updates:,} updates expected, under {XLA_MIN_UPDATES:,}: compiling each batch shape would cost more"
 
 
 def early_stopping_rule(label_smoothing: float) -> tuple[str, str]:

@@ -81,6 +81,8 @@ class TranslateConfig(TaskSettings):
         "to 150 validation pairs")
     max_minutes: float | None = setting(None, "training", "stop training after this many minutes, keeping the best "
                                         "weights (with resume: minutes of training in all)")
+    jit_compile: bool | Auto = setting(AUTO, "training", "XLA-compile the training step (validation runs as a plain "
+                                       "graph either way)")
     precision: Literal["float32", "mixed_bfloat16"] = setting(
         "float32", "training", "mixed_bfloat16: compute in bfloat16 (weights and outputs stay float32); see bench/precision.py")
     seed: int = setting(0, "training", "random seed for splits, shuffling and weights")

@@ -243,7 +243,9 @@ def _saved_vocabularies(saved: ResumeState):
     return load_vocabs(saved.folder, files)
 
 
-def _build_model(config: TranslateConfig, source_vocab, target_vocab, encoder=None):
+def build_model(config: TranslateConfig, source_vocab, target_vocab, encoder=None):
+    """The uncompiled translator ``config`` describes (its ``"auto"`` settings chosen): kformer's
+    encoder-decoder over the two vocabularies, or the pretrained ``encoder``'s with kformer's decoder."""
     from kformer.models.seq2seq import Seq2SeqTransformer
 
     if encoder is not None:
@@ -262,16 +264,19 @@ def _fit(prepared: _Prepared, state_dir: Path, resume: bool, progress: Progress 
          cluster: Cluster | None = None) -> _Fitted:
     """Build, compile and train. With a ``cluster`` (inside its scope) each process feeds its
     rows of the global batches."""
+    import keras
+
     from kformer import parallel, training
     from kformer.data.pair_batches import pair_lengths
     from kformer.data.pairs import curriculum_levels
+    from kformer.models.pretrained import graph_validation
     from kformer.models.seq2seq import compile_seq2seq
     from kformer.precision import precision_scope
 
     config = prepared.config
     training.set_seed(config.seed)
     with precision_scope(config.precision):
-        model = _build_model(config, prepared.source_vocab, prepared.target_vocab, prepared.encoder)
+        model = build_model(config, prepared.source_vocab, prepared.target_vocab, prepared.encoder)
     states = (None, None)  # a frozen pretrained encoder's outputs, computed once
     if prepared.encoder is not None:
         states = pretrained.cached_states(model, prepared.train[0]), pretrained.cached_states(model, prepared.valid[0])
@@ -282,10 +287,13 @@ def _fit(prepared: _Prepared, state_dir: Path, resume: bool, progress: Progress 
     warmup = min(config.warmup_steps, total_steps // 4 or 1)
     # constant rate in the optimizer; the callback warms up, then decays over the steps or the
     # time budget, whichever ends first, so a run cut by max_minutes still ends at a low rate
-    # "auto": XLA on JAX (whose non-jit steps run op by op, far slower), none on TensorFlow's CPU
     compile_seq2seq(model, config.learning_rate, warmup, None, label_smoothing=config.label_smoothing,
-                    weight_decay=config.weight_decay, jit_compile="auto",
+                    weight_decay=config.weight_decay, jit_compile=config.jit_compile,
                     **(pretrained.optimizer_rates(config, model) if prepared.encoder is not None else {}))
+    # validation batches come in many shapes: on TensorFlow a plain graph runs them all without a
+    # compile each (JAX's steps are always compiled: op by op would be far slower)
+    plain_validation = config.jit_compile and keras.backend.backend() == "tensorflow"
+    extra_callbacks = [graph_validation()] if plain_validation else []
     budget = None if config.max_minutes is None else config.max_minutes * 60.0
     schedule = training.budget_schedule(config.learning_rate, warmup, total_steps, budget)
     done = training.last_checkpoint(state_dir) if resume else None
@@ -300,7 +308,7 @@ def _fit(prepared: _Prepared, state_dir: Path, resume: bool, progress: Progress 
         dataset(prepared.valid, valid_plan, limits=limits, states=states[1]),
         training.FitPlan(epochs=config.epochs, out_dir=state_dir, patience=config.patience,
                          max_minutes=config.max_minutes, monitor=f"val_{config.early_stopping}", resume=resume),
-        callbacks=[schedule], progress=progress,
+        callbacks=[schedule, *extra_callbacks], progress=progress,
     )
     return _Fitted(model, result, schedule.steps, plan.steps)
 
