@@ -3,22 +3,37 @@
     flock /tmp/kformer-bench.lock python -m bench.elastic                  # tickets recipe, 4,096 tickets, 3 epochs
     python -m bench.elastic --smoke                                        # 400 tickets, a tiny model, not recorded
 
-Two runs of the same command, one after the other, with the same seed:
-`kformer train classify --recipe tickets --distribute --num-processes 2 --resume auto` (the
-launcher, :mod:`kformer.launcher`), first uninterrupted, then with process 1 SIGKILLed after a batch
-of epoch 2 drawn at random from ``--seed`` (``KFORMER_FAULT=batch-die:2:<batch>@1``: the kill
-lands on that batch however loaded the machine is). The launcher notices, stops process 0 and
-starts both again from the checkpoint of epoch 1; nobody touches the job.
+The job: `kformer train classify --recipe tickets --distribute --num-processes 2 --resume auto`
+(the launcher, :mod:`kformer.launcher`), with the same seed in every run. Three runs, one after the
+other, each into its own folder:
+
+1. warm-up, not timed or compared: the same command for 1 epoch, which pays the first job's cold
+   start (libraries not yet in the page cache, caches filled on first use). In the first
+   recording (2026-12-04) there was none: the uninterrupted run went first and took 196 s from
+   launch to its first step against 17 s for the killed run's restart, which made the time lost
+   -72 s, not a measurement. The warm-up also gives the steps per epoch, from which the kill's
+   batch is drawn.
+2. killed: process 1 SIGKILLed after a batch of epoch 2 drawn at random from ``--seed``
+   (``KFORMER_FAULT=batch-die:2:<batch>@1``: the kill lands on that batch however loaded the
+   machine is). The launcher notices, stops process 0 and starts both again from the checkpoint of
+   epoch 1; nobody touches the job.
+3. uninterrupted.
+
+The killed run goes first so that whatever warming the warm-up left undone counts against it:
+the time lost errs high, not low. Each timed run's start-up -- from its launch to its first step
+(train.log's first "training started", written as the first step starts compiling) -- is reported
+beside the time lost, so that two starts that differ show.
 
 Reported for each run: held-out (test split) accuracy, wall seconds from the command's start to
-its end, and restarts. For the killed run, the time lost (its wall time minus the uninterrupted
-run's) against the allowance of one epoch plus a restart, measured on the uninterrupted run: from
-its launch to the end of its first epoch (train.log), i.e. its start-up, the compilation of every
-batch shape (a restarted process compiles them again) and one epoch. Also measured in the killed
-run: the restart's start-up (from the launcher's restart, as ``metrics.json["restarts"]`` dates
-it, to the second "training started"). Targets: the killed job completes by itself, its accuracy
-within noise of the uninterrupted run's (the same, in fact: training on CPU is deterministic and a
-resumed run repeats the lost batches exactly), time lost <= the allowance.
+its end, restarts and the start-up. For the killed run, the time lost = its wall time minus the
+uninterrupted run's, against the allowance of one epoch plus a restart, measured on the
+uninterrupted run: from its launch to the end of its first epoch (train.log), i.e. its start-up,
+the compilation of every batch shape (a restarted process compiles them again) and one epoch.
+Also measured in the killed run: the restart's start-up (from the launcher's restart, as
+``metrics.json["restarts"]`` dates it, to the second "training started"). train.log dates its
+lines to the second. Targets: the killed job completes by itself, its accuracy within noise of
+the uninterrupted run's (the same, in fact: training on CPU is deterministic and a resumed run
+repeats the lost batches exactly), time lost <= the allowance.
 """
 
 from __future__ import annotations
@@ -52,10 +67,11 @@ TINY = ["--vocab-size", "300", "--max-length", "32", "--dim", "32", "--heads", "
 LOG_TIME = "%Y-%m-%d %H:%M:%S"  # kformer.training.progress.append_log's
 
 
-def _command(args: argparse.Namespace, train: Path, test: Path) -> list[str]:
-    """The job's ``kformer`` arguments (``--out`` comes per run)."""
+def _command(args: argparse.Namespace, train: Path, test: Path, epochs: int | None = None) -> list[str]:
+    """The job's ``kformer`` arguments (``--out`` comes per run), for ``epochs`` (default ``--epochs``)."""
+    epochs = args.epochs if epochs is None else epochs
     command = ["train", "classify", "--data", str(train), "--test", str(test), "--recipe", "tickets",
-               "--epochs", str(args.epochs), "--patience", str(args.epochs), "--max-minutes", "120",
+               "--epochs", str(epochs), "--patience", str(epochs), "--max-minutes", "120",
                "--seed", str(args.seed), "--quiet", "--distribute", "--num-processes", "2", "--resume", "auto"]
     return [*command, *(TINY if args.tiny else [])]
 
@@ -82,10 +98,16 @@ def _times(log: str, text: str) -> list[float]:
     return [time.mktime(time.strptime(line[:19], LOG_TIME)) for line in log.splitlines() if text in line]
 
 
+def start_up(run: dict) -> float:
+    """Seconds from a run's launch to its first step (its train.log's first "training started")."""
+    return _times(run["log"], "training started")[0] - run["began"]
+
+
 def _rows(clean: dict, killed: dict, batch: int, steps: int) -> list[dict]:
-    """The two runs' rows. Allowance = the uninterrupted run's launch to the end of its first epoch:
-    start-up, compiling every batch shape, and one epoch -- what a restart costs beside the lost
-    part of the epoch that was running."""
+    """The two timed runs' rows. Time lost = the killed run's wall time - the uninterrupted run's.
+    Allowance = the uninterrupted run's launch to the end of its first epoch: start-up, compiling
+    every batch shape, and one epoch -- what a restart costs beside the lost part of the epoch
+    that was running."""
     started, ends = _times(clean["log"], "training started")[0], _times(clean["log"], "  epoch ")
     allowance = ends[0] - clean["began"]
     later = [b - a for a, b in zip(ends[:-1], ends[1:], strict=True)]
@@ -98,7 +120,8 @@ def _rows(clean: dict, killed: dict, batch: int, steps: int) -> list[dict]:
              "later epochs s": round(sum(later) / len(later), 1) if later else "", "allowance s": round(allowance, 1)},
             {"run": f"killed after batch {batch} of {steps} in epoch 2", "test accuracy": killed["metrics"]["test"]["accuracy"],
              "wall s": round(killed["seconds"], 1), "restarts": len(killed["metrics"].get("restarts", [])),
-             "restart start-up s": round(restart, 1), "time lost s": round(lost, 1), "allowance s": round(allowance, 1),
+             "start-up s": round(start_up(killed), 1), "restart start-up s": round(restart, 1),
+             "time lost s": round(lost, 1), "allowance s": round(allowance, 1),
              "time lost ÷ allowance": round(lost / allowance, 3)}]
 
 
@@ -125,19 +148,25 @@ def main() -> None:
         train = limited_copy(folder / "train.csv.gz", args.rows, root / "train")
         test = limited_copy(folder / "test.csv.gz", args.test_rows, root)
         command = _command(args, train, test)
-        clean = _run(command, root / "uninterrupted", None, args.timeout)
-        steps = clean["state"]["iterations"] // clean["state"]["epochs_done"]
+        # not timed: pays the machine's cold start, so that both timed runs start warm (module docstring)
+        warm = _run(_command(args, train, test, epochs=1), root / "warm-up", None, args.timeout)
+        steps = warm["state"]["iterations"] // warm["state"]["epochs_done"]
         batch = random.Random(args.seed).randint(1, steps)
-        killed = _run(command, root / "killed", f"batch-die:2:{batch}@1", args.timeout)
+        killed = _run(command, root / "killed", f"batch-die:2:{batch}@1", args.timeout)  # first: errs high
+        clean = _run(command, root / "uninterrupted", None, args.timeout)
     rows = _rows(clean, killed, batch, steps)
     shown = re.sub(r"/\S*kformer-elastic-\w+/", "", " ".join(command))
     notes = (f"`kformer {shown}` on 2 processes of this machine, {args.rows} training tickets ({args.test_rows} test), "
-             f"seed {args.seed}. Killed: process 1 SIGKILLed itself after batch {batch} of epoch 2 "
+             f"seed {args.seed}. Order: an untimed 1-epoch warm-up of the same command (it took "
+             f"{warm['seconds']:.0f} s, {start_up(warm):.0f} s of it from launch to its first step), then the killed "
+             "run, then the uninterrupted one, so that both timed runs start warm. Killed: process 1 SIGKILLed itself "
+             f"after batch {batch} of epoch 2 "
              f"(`KFORMER_FAULT=batch-die:2:{batch}@1`); the launcher stopped process 0 and restarted both from the "
              "checkpoint of epoch 1. Allowance (one epoch + a restart) = the uninterrupted run's launch to the end of its "
-             "first epoch (train.log): start-up, compiling every batch shape, one epoch. Restart start-up = from the "
-             "restart (metrics.json) to the second 'training started'. Wall times include start-up, scoring and writing "
-             "the model folder.")
+             "first epoch (train.log): start-up, compiling every batch shape, one epoch. Time lost = the killed run's "
+             "wall time - the uninterrupted run's. Start-up = from a run's launch to its first step (train.log's first "
+             "'training started'); restart start-up = from the restart (metrics.json) to the second 'training started'. "
+             "Wall times include start-up, scoring and writing the model folder.")
     record_or_print(TITLE, rows, notes, record=not args.no_record)
 
 

@@ -6,7 +6,7 @@ endpoint, closed and open loop, against the raw model on the same runtime, and w
     python -m bench.serve --model runs/tickets --seconds 3 --open-seconds 3 --soak-seconds 0 --no-record  # smoke
 
 For each runtime (``--runtimes keras,onnx``) two services run side by side on 127.0.0.1 with the
-same tickets classifier: `kformer serve --runtime R` (its defaults: micro-batching on) and the same
+same tickets classifier: `kformer serve --runtime R --workers 1` (its other defaults: micro-batching on) and the same
 with ``--no-batching`` (one model call per request; same app, same tokenising on the inference
 thread). Load (:mod:`bench.serve_load`, one asyncio process; its CPU share is reported):
 
@@ -68,11 +68,14 @@ MODES = (("micro-batching", []), ("naive (--no-batching)", ["--no-batching"]))
 
 
 class Service:
-    """A `kformer serve` subprocess on 127.0.0.1."""
+    """A `kformer serve` subprocess on 127.0.0.1: one process (``--workers 1``, what the recorded
+    rows measured) unless ``extra`` names ``--workers`` (the default, auto, may start more)."""
 
     def __init__(self, model: Path, port: int, extra: list[str], log: Path):
         self.port = port
         self.log = log
+        if "--workers" not in extra:
+            extra = [*extra, "--workers", "1"]
         self.process = subprocess.Popen(
             [sys.executable, "-m", "kformer", "serve", "--model", f"tickets={model}", "--port", str(port), *extra],
             stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=ROOT)

@@ -519,7 +519,8 @@ def test_cli_serves_reloads_on_sighup_and_drains_on_sigterm(real_models, tmp_pat
     with log.open("w") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "kformer", "serve", "--model", f"tickets={real_models['tickets']}", "--port",
-             str(port), "--api-key-env", "KFORMER_KEY", "--batch-wait-ms", "400"],
+             str(port), "--api-key-env", "KFORMER_KEY", "--batch-wait-ms", "400",
+             "--workers", "1"],  # this test is about one process (the default, auto, may start more)
             stdout=out, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     auth = {"Authorization": "Bearer k3y"}

@@ -171,7 +171,8 @@ def served(tmp_path_factory):
     with log.open("w") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "kformer", "serve", "--model", f"tickets={root / 'tickets'}", "--port", str(port),
-             "--read-timeout-s", str(READ_TIMEOUT_S), "--max-batch", "8", "--shutdown-grace-s", "20"],
+             "--read-timeout-s", str(READ_TIMEOUT_S), "--max-batch", "8", "--shutdown-grace-s", "20",
+             "--workers", "1"],  # one process, as the tests expect (the default, auto, may start more)
             stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
         wait_until_ready(f"http://127.0.0.1:{port}", process, log)

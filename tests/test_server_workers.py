@@ -202,6 +202,42 @@ def test_a_reload_that_fails_in_one_worker_switches_no_worker(tmp_path):
     assert gone[0].wait(10) and not gone[1].is_set()  # a worker whose supervisor is gone stops itself
 
 
+@pytest.mark.parametrize(("cores", "workers"), [(1, 1), (2, 2), (3, 3), (4, 4), (16, 4)])
+def test_auto_is_one_worker_per_usable_core_at_most_four(monkeypatch, cores, workers):
+    from kformer import threads
+    from kformer.server.config import auto_workers
+
+    monkeypatch.setattr(threads, "usable_cores", lambda: cores)
+    assert auto_workers() == workers
+    assert ServeConfig().workers == ServeConfig(workers="auto").workers == workers  # the default is auto
+    assert ServeConfig(workers=3).workers == 3  # a number given is kept, above the cap too
+    assert ServeConfig(workers=8).workers == 8
+
+
+def test_auto_is_one_worker_where_more_are_unsupported(monkeypatch):
+    from kformer import threads
+    from kformer.server import config
+
+    monkeypatch.setattr(threads, "usable_cores", lambda: 8)
+    monkeypatch.setattr(config, "SEVERAL_WORKERS", False)  # not Linux or macOS
+    assert config.auto_workers() == 1
+
+
+def test_serve_help_says_the_workers_default_is_auto(monkeypatch, capsys):
+    from kformer import threads
+    from kformer.cli import build_parser
+    from kformer.cli.serve import _workers
+
+    monkeypatch.setattr(threads, "usable_cores", lambda: 16)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--workers N|auto" in text
+    assert "default auto: one per usable CPU core, at most 4 (1 on one core); 4 here" in text
+    assert "1-1.4 GB resident per worker" in text
+    assert _workers("auto") == _workers(" AUTO ") == "auto" and _workers("3") == 3
+
+
 def test_bad_worker_counts_are_one_line_errors(tickets):
     for value, words in (("0", "--workers must be a whole number of at least 1, not 0"),
                          ("65", "--workers must be at most 64"), ("two", "takes a whole number or 'auto'")):

@@ -5,9 +5,33 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, fields
 
+from kformer.auto import AUTO, Auto
 from kformer.errors import BadInput
 
 MAX_WORKERS = 64  # each worker holds its own copy of every model
+SEVERAL_WORKERS = os.name == "posix"  # more than one worker (kformer.server.workers) needs Linux or macOS
+AUTO_WORKERS_CAP = 4  # each worker holds its own copy of every model: ~1-1.4 GB resident for a Keras one
+AUTO_WORKERS_RULE = f"one per usable CPU core, at most {AUTO_WORKERS_CAP} (1 on one core)"
+
+
+def auto_workers() -> int:
+    """``workers="auto"`` (``kformer serve``'s default): one worker process per usable CPU core
+    (:func:`kformer.threads.usable_cores`: the affinity mask where the OS has one, else
+    ``os.cpu_count()``, capped by a cgroup CPU quota), at most :data:`AUTO_WORKERS_CAP`; 1 on a
+    one-core machine, and 1 where more than one worker is unsupported (not Linux or macOS).
+
+    Why more than one: one process answers on one core at most (its HTTP handling runs under one
+    GIL). Measured by bench.serve_workers, 2026-12-04 (BENCHMARKS.md, "Serving with workers"), on
+    2 cores at 64 clients: ``--workers 2`` reached 64 % (ONNX) / 88 % (Keras) of the raw model's
+    throughput against 41 % / 51 % for one worker, with a lower p99 at every client level (1 to 64).
+    Why at most 4: each worker loads its own copy of every model, about 1-1.4 GB resident for a
+    Keras model; the cap bounds that memory (only 1 and 2 workers on 2 cores were measured).
+    """
+    from kformer import threads
+
+    if not SEVERAL_WORKERS:
+        return 1
+    return max(1, min(threads.usable_cores(), AUTO_WORKERS_CAP))
 
 
 @dataclass(frozen=True)
@@ -42,8 +66,9 @@ class ServeConfig:
             ``kformer serve`` turns it on; off in Python, where the process is the caller's.
         workers: processes serving the one port (``kformer serve --workers N``), each with its own
             models, inference thread and share of the cores; more than 1 puts the HTTP handling
-            of requests on more than one core (:mod:`kformer.server.workers`). :func:`create_app`
-            serves in the caller's process and ignores it.
+            of requests on more than one core (:mod:`kformer.server.workers`). ``"auto"`` (the
+            default) becomes :func:`auto_workers` here, when the config is made: one per usable CPU
+            core, at most 4. :func:`create_app` serves in the caller's process and ignores it.
     """
 
     host: str = "127.0.0.1"
@@ -63,12 +88,14 @@ class ServeConfig:
     access_log: bool = False
     runtime: str = "keras"
     freeze_heap: bool = False
-    workers: int = 1
+    workers: int | Auto = AUTO
 
     def __post_init__(self) -> None:
+        if self.workers == AUTO:
+            object.__setattr__(self, "workers", auto_workers())
         for spec in fields(self):
             value = getattr(self, spec.name)
-            if spec.type == "int" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            if spec.type in ("int", "int | Auto") and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise BadInput(f"{{field}} must be a whole number of at least 1, not {value!r}", field=spec.name)
             if spec.type == "float" and (isinstance(value, bool) or not isinstance(value, int | float) or value < 0
                                          or (value == 0 and spec.name != "batch_wait_ms")):

@@ -46,7 +46,7 @@ from typing import Any
 
 from kformer.errors import BadInput, KformerError, Overloaded, Unsupported
 from kformer.server.cluster import Relayed, WorkerLink, relay, relayed
-from kformer.server.config import ServeConfig
+from kformer.server.config import SEVERAL_WORKERS, ServeConfig
 from kformer.threads import ENV as THREADS_ENV
 from kformer.threads import usable_cores
 
@@ -146,7 +146,7 @@ class Supervisor:
         self.tickets = itertools.count(1)
 
     def run(self) -> None:
-        if os.name != "posix":
+        if not SEVERAL_WORKERS:
             raise Unsupported("more than one worker needs Linux or macOS; use {field} 1", field="workers")
         self.listener = hold_port(self.config.host, self.config.port)
         self.metrics_dir = tempfile.mkdtemp(prefix="kformer-metrics-")
