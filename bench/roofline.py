@@ -66,7 +66,7 @@ GROUPS = (
     ("feed-forward", r"ff_hidden|ff_output"),
     ("layer norm", r"norm"),
     ("dropout", r"dropout"),
-    ("output projection", r"Tensordot|output_projection|/classes/|/add/Sum"),  # /add/Sum: the tied output's bias
+    ("output projection", r"Tensordot|output_projection|/classes(_\d+)?/|/add/Sum"),  # /add/Sum: the tied output's bias
     ("softmax + loss + metric", r"compile_loss|loss|ArgMax|accuracy|f1_score"),
     ("embeddings", r"embedding"),
     ("other", r""),
