@@ -55,8 +55,8 @@ MIN_BATCHES_PER_EPOCH = 8
 BATCH_TOKENS_RANGE = (64, 4096)
 WARMUP_SHARE, WARMUP_MAX = 0.05, 1000
 # XLA (bench.roofline, BENCHMARKS.md, 2026-12-04): on 24 of the en-es recipe's 4,096-token batches an XLA step took
-# 462 ms against the plain graph's 757 (both with the fused loss of kformer.metrics), after 22 s more of tracing and
-# compiling: it repays that after about 75 updates. A smaller batch saves less per step for the same compiles (a
+# 457 ms against 772 for the step before it (a plain graph), after 22 s more of tracing and compiling: it repays
+# that after about 75 updates. A smaller batch saves less per step for the same compiles (a
 # 1,024-token batch, about a quarter as much if the saving scales with the tokens: ~300 updates); 500 leaves margin.
 XLA_MIN_UPDATES = 500
 
