@@ -238,7 +238,7 @@ def test_the_defaults_and_the_long_recipe_train_short_and_accept_longer():
 
     demo = make_config(ArithmeticConfig, "arithmetic")  # the defaults: what the demo trains
     long = make_config(ArithmeticConfig, "arithmetic", "arithmetic-long")
-    assert (demo.train_digits, demo.digits, long.train_digits, long.digits) == (4, 8, 10, 40)
+    assert (demo.train_digits, demo.digits, long.train_digits, long.digits) == (4, 8, 10, 100)
     for config in (demo, long):
         fmt = config.answer_format()
         assert fmt.mixed_lengths and fmt.source_style == "op_columns"

@@ -71,7 +71,7 @@ def test_recipes_from_python_like_presets():
     assert isinstance(tickets, ClassifyConfig) and tickets.epochs == 2
     assert tickets == make_config(ClassifyConfig, "classify", "tickets", {"epochs": 2})
     assert TranslateConfig.from_recipe("en-es").vocab_size == 8000
-    assert ArithmeticConfig.from_recipe("arithmetic-long").digits == 40
+    assert ArithmeticConfig.from_recipe("arithmetic-long").digits == 100
     for name in available_recipes():
         assert type(kformer.recipe(name)).from_recipe(name) == kformer.recipe(name)
     assert isinstance(kformer.recipe("en-ta", beam=2), TranslateConfig)
