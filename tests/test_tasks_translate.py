@@ -67,6 +67,7 @@ def test_train_from_a_tiny_file_writes_a_folder_with_auto_choices(runs):
     assert manifest["max_source_length"] == first.config.max_length
 
 
+@pytest.mark.slow
 def test_an_xla_step_trains_and_scores(tmp_path):
     pairs = number_pairs(16, seed=1)
     result = translate.train({**TINY, "epochs": 1, "jit_compile": True}, pairs, tmp_path / "xla", valid=pairs,
