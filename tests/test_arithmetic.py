@@ -114,6 +114,54 @@ def test_length_problems_are_held_out_with_exactly_that_many_digits():
     assert fmt.is_held_out(a, ops, b).tolist() == one_by_one
 
 
+def test_products_have_answers_of_twice_the_digits_and_sums_keep_their_lengths():
+    sums, mixed = ArithmeticFormat(digits=3), ArithmeticFormat(digits=3, ops="+-*")
+    assert (sums.answer_length, mixed.answer_length, ArithmeticFormat(digits=3, ops="*").answer_length) == (5, 7, 7)
+    assert len(sums.vocabulary) == 16 and mixed.vocabulary.tokens[:16] == sums.vocabulary.tokens  # '*' added last
+    assert solve(999, "*", 999) == 998001 and parse_problem("12*34") == (12, "*", 34)
+    assert mixed.answer_text(998001, op="*") == "100899+" and mixed.answer_text(46, op="+") == "6400+"
+    for value, op in [(998001, "*"), (0, "*"), (46, "+"), (-998, "-")]:
+        assert mixed.parse_answer(mixed.answer_text(value, op=op)) == value
+    assert ArithmeticFormat(digits=3, ops="*", reverse_answer=False).answer_text(998001, op="*") == "998001"
+    with pytest.raises(KformerError, match="'[+]-[*]'"):
+        ArithmeticFormat(ops="+/")
+
+
+@pytest.mark.parametrize("style", ["chars", "interleaved", "columns", "op_columns"])
+@pytest.mark.parametrize("ops", ["*", "+-*"])
+def test_products_encode_decode_and_train_outside_the_held_out_slice(style, ops):
+    from kformer.data import digit_columns
+
+    mixed = style in ("columns", "op_columns")
+    fmt = ArithmeticFormat(digits=6, ops=ops, source_style=style, train_digits=4, mixed_lengths=mixed)
+    source, target_in, target_out = fmt.training_batch(np.random.default_rng(0), 600)
+    a, drawn, b = fmt._training_digits(np.random.default_rng(0), 600)
+    a, b = digit_columns.to_ints(a), digit_columns.to_ints(b)
+    assert "*" in set(drawn) and not fmt.is_held_out(a, drawn, b).any()
+    problems = list(zip(a, drawn.tolist(), b, strict=True))
+    assert [fmt.decode_answer(row) for row in target_out] == [solve(*p) for p in problems]
+    slow_source, slow_in, slow_out = fmt.encode(a, drawn, b)  # one problem at a time, as solve() writes them
+    np.testing.assert_array_equal(slow_source[:, : source.shape[1]], source)
+    np.testing.assert_array_equal(slow_out[:, : target_out.shape[1]], target_out)
+    np.testing.assert_array_equal(slow_in[:, : target_in.shape[1]], target_in)
+    held = fmt.length_problems(6, 50)
+    assert {op for _, op, _ in held} >= {"*"} and fmt.is_held_out(*(list(c) for c in zip(*held, strict=True))).all()
+    _, _, target_out = fmt.encode(*(list(c) for c in zip(*held, strict=True)))
+    assert target_out.shape[1] == fmt.target_length == 2 * 6 + 2
+    assert [fmt.decode_answer(row) for row in target_out] == [solve(*p) for p in held]
+
+
+def test_the_held_out_slice_of_products_is_never_drawn_for_training():
+    fmt = ArithmeticFormat(digits=2, ops="+-*")
+    held = fmt.held_out_problems(10**6)  # all of it: a small problem space is listed whole
+    products = {p for p in held if p[1] == "*"}
+    assert 0.08 < len(products) / 10**4 < 0.17
+    assert products != {(a, "*", b) for a, op, b in held if op == "-"}  # its own slice, not the differences'
+    a, ops, b = fmt.sample_training(np.random.default_rng(0), 20000)
+    drawn = set(zip(a.tolist(), ops.tolist(), b.tolist(), strict=True))
+    assert {p for p in drawn if p[1] == "*"} and not drawn & products
+
+
 def test_encode_teacher_forcing_arrays():
     fmt = ArithmeticFormat(digits=3)
     source, target_in, target_out = fmt.encode(np.array([12, 999]), np.array(["+", "-"]), np.array([345, 0]))
@@ -135,7 +183,8 @@ def test_problem_parsing():
     assert parse_problem(" 1234 + 4567 ") == (1234, "+", 4567)
     assert parse_problem_line("1234-4567=-3333") == ((1234, "-", 4567), -3333)
     assert parse_problem_line("9+1\t10") == ((9, "+", 1), 10)
-    for bad in ("12*3", "-5+3", "abc", "12+"):
+    assert parse_problem("12 * 34") == (12, "*", 34)
+    for bad in ("12/3", "12x3", "-5+3", "abc", "12+"):
         with pytest.raises(KformerError):
             parse_problem(bad)
     with pytest.raises(KformerError, match="PROBLEM=ANSWER"):
@@ -227,7 +276,7 @@ def test_cli_train_evaluate_attention_and_errors(tmp_path, capsys, monkeypatch):
     data.write_text("1+1=2\nnot a problem\n")
     assert main(["evaluate", str(out), "--data", str(data)]) == 2
     assert "line 2" in capsys.readouterr().err
-    assert main(["train", "arithmetic", "--out", str(tmp_path / "x"), "--ops", "*"]) == 2
+    assert main(["train", "arithmetic", "--out", str(tmp_path / "x"), "--ops", "/"]) == 2
     assert "--ops" in capsys.readouterr().err  # the library's field, shown as the command's flag
     assert not (tmp_path / "x").exists()
 

@@ -190,7 +190,8 @@ API_CASES = [  # (id, task, settings, data, exception, field)
     ("texts-labels-mismatch", "classify", {}, (["a", "b"], ["x"]), BadInput, "data"),
     ("text-not-string", "classify", {}, (["a", 3], ["x", "y"]), BadInput, "data.texts[1]"),
     ("arith-zero-batch", "arithmetic", {"batch_size": 0}, None, BadInput, "batch_size"),
-    ("arith-bad-ops", "arithmetic", {"ops": "*"}, None, BadInput, "ops"),
+    ("arith-bad-ops", "arithmetic", {"ops": "/"}, None, BadInput, "ops"),
+    ("arith-repeated-ops", "arithmetic", {"ops": "**"}, None, BadInput, "ops"),
     ("translate-zero-epochs", "translate", {"epochs": 0}, "pairs", BadInput, "epochs"),
 ]
 
@@ -420,6 +421,8 @@ ARITHMETIC_CASES = [  # (id, problem, words of the library and CLI message)
     ("letter-in-number", "12a4+1", "is not a problem like"),
     ("beyond-trained-digits", "999+1", "outside what this model learned (2-digit operands"),
     ("double-operator", "1++2", "is not a problem like"),
+    ("unknown-operator", "12/3", "is not a problem like"),
+    ("product-for-a-sum-model", "12*3", "outside what this model learned (2-digit operands at most, operators '+-')"),
     ("empty", "", "is not a problem like"),
     ("whitespace", "   ", "is not a problem like"),
 ]

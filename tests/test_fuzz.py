@@ -361,11 +361,11 @@ def test_pairs_written_read_back_normalised(workdir, pairs):
 
 # --- arithmetic ---------------------------------------------------------------------------------
 
-PROBLEM = re.compile(r"([0-9]+)([+-])([0-9]+)")
+PROBLEM = re.compile(r"([0-9]+)([-+*])([0-9]+)")
 FORMATS = [
     ArithmeticFormat(digits=d, ops=ops, pad_operands=pad, reverse_answer=rev, source_style=style)
     for d in (1, 3, 4, 7)
-    for ops in ("+-", "-", "+")
+    for ops in ("+-", "-", "+", "*", "+-*")
     for style in SOURCE_STYLES
     for pad in (True, False)
     for rev in (True, False)
@@ -397,7 +397,7 @@ def test_every_valid_problem_round_trips(problem, spaces):
         assert parse_problem("".join(fmt.source_tokens(a, op, b))) == (a, op, b)
 
 
-PROBLEM_CHARS = st.sampled_from(list("0123456789+- ") + ["\t", "\n", "=", "a", "²", "١", "٣", "_", "."])
+PROBLEM_CHARS = st.sampled_from(list("0123456789+-* ") + ["\t", "\n", "=", "a", "²", "١", "٣", "_", "."])
 
 
 @fuzz(400)
@@ -452,8 +452,8 @@ def test_encoded_true_answer_decodes_to_the_true_answer(problem):
     truth = solve(a, op, b)
     assert fmt.decode_answer(target_out[0]) == truth  # what the model is taught to write, then END
     assert fmt.decode_answer(target_in[0][1:]) == truth  # the teacher-forced input after START
-    assert target_out[0][len(fmt.answer_text(truth))] == END_ID
-    assert fmt.parse_answer(fmt.answer_text(truth)) == truth
+    assert target_out[0][len(fmt.answer_text(truth, op=op))] == END_ID
+    assert fmt.parse_answer(fmt.answer_text(truth, op=op)) == truth
     vocab = fmt.vocabulary
     assert UNK_ID not in source[0] and UNK_ID not in target_out[0]
     assert [vocab.tokens[i] for i in source[0] if i != PAD_ID] == fmt.source_tokens(a, op, b)
@@ -467,10 +467,11 @@ def test_encoded_true_answer_decodes_to_the_true_answer(problem):
 def test_parse_answer_is_none_or_the_inverse_of_answer_text(fmt, text):
     value = fmt.parse_answer(text)
     if fmt.reverse_answer:
-        ok = re.fullmatch(rf"[0-9]{{{fmt.digits + 1}}}[+-]", text)
-        assert (value is None) == (ok is None)
+        places = {fmt.answer_places(op): op for op in fmt.ops}  # digit count -> the operator whose answers have it
+        ok = re.fullmatch(r"[0-9]+[+-]", text) and len(text) - 1 in places
+        assert (value is None) == (not ok)
         if value is not None:
-            assert fmt.answer_text(value) == text
+            assert fmt.answer_text(value, op=places[len(text) - 1]) == text
     else:
         ok = re.fullmatch(r"-?[0-9]+", text)
         assert value == (int(text) if ok else None)

@@ -71,8 +71,8 @@ def test_train_resume_load_solve_and_explain(tmp_path):
 
 def test_bad_problems_and_settings_name_the_field(tmp_path):
     with pytest.raises(BadInput) as caught:
-        arithmetic.train({**TINY, "ops": "*"}, None, tmp_path / "x")
-    assert caught.value.field == "ops"
+        arithmetic.train({**TINY, "ops": "+/"}, None, tmp_path / "x")
+    assert caught.value.field == "ops" and "'+-*'" in str(caught.value) and "\n" not in str(caught.value)
     with pytest.raises(BadInput) as caught:
         arithmetic.train({**TINY, "epochs": "two"}, None, tmp_path / "x")
     assert caught.value.field == "epochs" and "whole number" in str(caught.value)
@@ -80,3 +80,36 @@ def test_bad_problems_and_settings_name_the_field(tmp_path):
         arithmetic.train({**TINY, "colour": "red"}, None, tmp_path / "x")
     assert caught.value.field == "colour"
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.slow
+def test_a_product_model_trains_loads_solves_evaluates_and_is_served(tmp_path):
+    """Plumbing only (a few steps cannot learn products): the folder of an ops '*' run loads, its
+    answers are ints or None, evaluate scores held-out products, the service answers products
+    and refuses ones wider than the model."""
+    import asyncio
+
+    from test_server_api import serving
+
+    out = tmp_path / "times"
+    result = arithmetic.train({**TINY, "ops": "*", "held_out_per_length": 4}, None, out)
+    assert result.metrics["held_out_size"] == 20 and list(result.metrics["by_length"]) == ["1", "2"]
+    model = kformer.load(out)
+    assert model.format.ops == "*" and model.format.target_length == 2 * 2 + 2  # 4 digits, the sign, END
+    answers = model.solve(["12*34", (99, "*", 99)])
+    assert len(answers) == 2 and all(a is None or isinstance(a, int) for a in answers)
+    report = model.evaluate(digits=2, limit=5)
+    assert report["n"] == 5 and 0 <= report["exact_match"] <= 1
+    for bad in ("123*4", "12+3"):  # wider than the model, an operator it never learned
+        with pytest.raises(BadInput, match="outside what this model learned"):
+            model.solve([bad])
+
+    async def rest():
+        async with serving({"times": out}) as (client, _):
+            answer = await client.post("/v1/models/times:predict", json={"instances": ["12*34"]})
+            assert answer.status_code == 200 and answer.json()["predictions"][0]["problem"] == "12*34"
+            wide = await client.post("/v1/models/times:predict", json={"instances": ["12*34", "123*4"]})
+            assert wide.status_code == 422 and wide.json()["field"] == "instances[1]"
+            assert (await client.get("/v1/models/times/metadata")).json()["ops"] == "*"
+
+    asyncio.run(rest())

@@ -28,7 +28,7 @@ def register(commands, train_tasks) -> None:
     """Add ``train arithmetic`` and ``demo`` to the CLI."""
     train = train_tasks.add_parser(
         "arithmetic",
-        help="learn multi-digit addition/subtraction from generated problems",
+        help="learn multi-digit addition/subtraction (or multiplication: --ops '*') from generated problems",
         description="Train a sequence-to-sequence Transformer on problems like 1234+4567 (answer "
         "=5801) generated on the fly, then report exact-match and per-character accuracy on held-out "
         "problems that training never sees (also written to OUT/metrics.json). Settings come from "

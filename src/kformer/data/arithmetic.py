@@ -1,7 +1,7 @@
-"""Addition/subtraction problems, generated on the fly, with a held-out set training never sees.
+"""Addition/subtraction/multiplication problems, generated on the fly, with a held-out set training never sees.
 
-A problem is ``(a, op, b)`` with ``0 <= a, b < 10**digits`` and ``op`` in ``"+-"``; it is shown as
-``1234+4567`` with the answer ``=5801`` (``=-1985`` when negative). Numbers may have up to
+A problem is ``(a, op, b)`` with ``0 <= a, b < 10**digits`` and ``op`` in ``"+-*"``; it is shown as
+``1234+4567`` with the answer ``=5801`` (``=-1985`` when negative, ``12*34`` -> ``=408``). Numbers may have up to
 :data:`MAX_DIGITS` digits (Python ints; batches are worked as digit arrays,
 :mod:`kformer.data.digit_columns`).
 
@@ -22,7 +22,9 @@ What the model reads and writes is set by :class:`ArithmeticFormat`:
   outstanding: ``5801`` -> ``10850+`` and ``-1985`` -> ``10000 - 1985 = 98015`` -> ``51089-``.
   So every digit depends only on the two operand digits of its place and the carry/borrow from
   the place before, and the sign is simply the final borrow. Answers are turned back to
-  ``=5801`` / ``=-1985`` for people.
+  ``=5801`` / ``=-1985`` for people. A product is written with ``2 * width`` digits (the most
+  a product of ``width``-digit operands has), then ``+``: ``12*34`` -> ``8040+``; each of its
+  digits depends on every column at or below its place (no local rule, unlike a sum).
 - ``mixed_lengths``: each problem is written at its own width (the longer operand's digit count,
   the shorter zero-padded to it: ``12+345`` -> ``+ 2|5 1|4 0|3``, answer ``7530+``) instead of
   at ``digits`` columns, and training draws every operand length from 1 to ``train_digits``
@@ -45,17 +47,25 @@ from kformer.errors import KformerError
 from kformer.text.chars import CharVocabulary
 from kformer.text.specials import END, END_ID, START_ID
 
-OPERATORS = "+-"
-CHARACTERS = "0123456789+-"
+OPERATORS = "+-*"  # in token-id order: a model's tokens for '+' and '-' keep their ids when '*' comes
+MULTIPLY = "*"
+CHARACTERS = "0123456789+-"  # and MULTIPLY after them, in the vocabulary of a model that multiplies
 SOURCE_STYLES = ("chars", "interleaved", "columns", "op_columns")
 COLUMN_STYLES = ("columns", "op_columns")
 MAX_DIGITS = 100
 # One token per place ("column" of written addition): the two digits, e.g. "4|7".
 COLUMN_TOKENS = tuple(f"{x}|{y}" for x in range(10) for y in range(10))
-# ... and with the operator: "4+7", "4-7" (op_columns)
-OP_COLUMN_TOKENS = tuple(f"{x}{op}{y}" for op in OPERATORS for x in range(10) for y in range(10))
-_EXTRA_TOKENS = {"columns": COLUMN_TOKENS, "op_columns": OP_COLUMN_TOKENS}
-_OP_CODES = {"+": 1, "-": 2}
+COLUMN_PAIRS = len(COLUMN_TOKENS)  # 100 tokens per operator in op_columns
+_SUM_OPERATORS = "+-"  # the vocabulary of models without MULTIPLY (as before products came)
+
+
+def op_column_tokens(operators: str) -> tuple[str, ...]:
+    """The op_columns tokens ``"4+7"``, ``"4-7"``, ``"4*7"``: :data:`COLUMN_PAIRS` per operator of
+    ``operators``, in that order."""
+    return tuple(f"{x}{op}{y}" for op in operators for x in range(10) for y in range(10))
+
+
+OP_COLUMN_TOKENS = op_column_tokens(_SUM_OPERATORS)
 _ENUMERATE = 4_000_000  # problem spaces up to this size are listed whole rather than sampled
 
 
@@ -86,11 +96,20 @@ class ArithmeticFormat:
         if self.mixed_lengths and (self.source_style not in COLUMN_STYLES or not self.reverse_answer):
             raise KformerError("mixed_lengths needs source_style 'columns' or 'op_columns' and reverse_answer = true")
         if not self.ops or any(op not in OPERATORS for op in self.ops) or len(set(self.ops)) != len(self.ops):
-            raise KformerError(f"--ops must be made of distinct '+' and '-' characters, not {self.ops!r}")
+            raise KformerError(f"--ops must be distinct operators from '{OPERATORS}', not {self.ops!r}")
+
+    @property
+    def multiplies(self) -> bool:
+        """Are products among the problems? (They widen the answer and the vocabulary.)"""
+        return MULTIPLY in self.ops
 
     @property
     def vocabulary(self) -> CharVocabulary:
-        return CharVocabulary(CHARACTERS, _EXTRA_TOKENS.get(self.source_style, ()))
+        """Specials, digits and operators, then the column tokens of a columns style; exactly the
+        tokens of before products came unless ``ops`` has '*'."""
+        operators = OPERATORS if self.multiplies else _SUM_OPERATORS
+        extra = {"columns": COLUMN_TOKENS, "op_columns": op_column_tokens(operators)}.get(self.source_style, ())
+        return CharVocabulary(CHARACTERS + (MULTIPLY if self.multiplies else ""), extra)
 
     @property
     def most_trained(self) -> int:
@@ -101,10 +120,17 @@ class ArithmeticFormat:
     def source_length(self) -> int:
         return self.digits + 1 if self.source_style in COLUMN_STYLES else 2 * self.digits + 1
 
+    def answer_places(self, op: str, width: int | None = None) -> int:
+        """Digits of a reversed answer to an ``op`` problem written at ``width`` columns (default
+        ``digits``): ``width + 1`` for a sum or difference, ``2 * width`` for a product."""
+        width = self.digits if width is None else width
+        return 2 * width if op == MULTIPLY else width + 1
+
     @property
     def answer_length(self) -> int:
-        """Most tokens of an answer (without END)."""
-        return self.digits + 2  # (digits + 1) digits and a sign, or "-" and digits + 1 digits
+        """Most tokens of an answer (without END): the longest answer's digits and its sign."""
+        # sums: (digits + 1) digits and a sign, or "-" and digits + 1 digits; products: 2 * digits and a sign
+        return max(self.answer_places(op) for op in self.ops) + 1 if self.multiplies else self.digits + 2
 
     @property
     def target_length(self) -> int:
@@ -142,19 +168,20 @@ class ArithmeticFormat:
             return [*(f"{x}{op}{y}" for x, y in places), END]
         return [op, *(f"{x}|{y}" for x, y in places)]
 
-    def answer_text(self, value: int, width: int | None = None) -> str:
-        """What the decoder writes for ``value``: ``10850+`` / ``51089-`` (reversed, ``width + 1``
-        digits; ``width`` defaults to ``digits``) or ``5801``."""
+    def answer_text(self, value: int, width: int | None = None, op: str = "+") -> str:
+        """What the decoder writes for ``value``, the answer to an ``op`` problem: ``10850+`` /
+        ``51089-`` (reversed, :meth:`answer_places` digits; ``width`` defaults to ``digits``) or ``5801``."""
         if self.reverse_answer:
-            width = self.digits if width is None else width
-            return f"{value % 10 ** (width + 1):0{width + 1}d}"[::-1] + ("-" if value < 0 else "+")
+            places = self.answer_places(op, width)
+            return f"{value % 10**places:0{places}d}"[::-1] + ("-" if value < 0 else "+")
         return str(value)
 
     def parse_answer(self, text: str) -> int | None:
         """Inverse of :meth:`answer_text`; None for text that is not a well-formed answer."""
         if self.reverse_answer:
             body, sign = text[:-1], text[-1:]
-            fits = 2 <= len(body) <= self.digits + 1 if self.mixed_lengths else len(body) == self.digits + 1
+            lengths = {self.answer_places(op) for op in self.ops}  # of a problem written at `digits` columns
+            fits = 2 <= len(body) <= max(lengths) if self.mixed_lengths else len(body) in lengths
             if not fits or not _is_digits(body) or sign not in ("+", "-"):
                 return None
             value = int(body[::-1])
@@ -181,7 +208,7 @@ class ArithmeticFormat:
         for row, (x, op, y) in enumerate(zip([int(v) for v in a], ops, [int(v) for v in b], strict=True)):
             src = vocab.encode_tokens(self.source_tokens(x, op, y))
             source[row, : len(src)] = src
-            answer = vocab.encode(self.answer_text(solve(x, op, y), self.width(x, y)))
+            answer = vocab.encode(self.answer_text(solve(x, op, y), self.width(x, y), op))
             target_in[row, 0] = START_ID
             target_in[row, 1 : len(answer) + 1] = answer
             target_out[row, : len(answer)] = answer
@@ -217,27 +244,44 @@ class ArithmeticFormat:
         vocab = self.vocabulary
         n = len(a)
         rows = np.arange(n)
-        ids = {token: vocab.encode_tokens([token])[0] for token in ("0", "+", "-", *_EXTRA_TOKENS[self.source_style][:1])}
+        ids = {token: vocab.encode_tokens([token])[0] for token in ("0", *OPERATORS, "0+0", "0|0")}
         a, b = a[:, :pad], b[:, :pad]
-        digits, negative = columns.answer_digits(a, b, ops == "-")
+        digits, negative, places = self._answer_columns(a, ops, b, widths)
         a, b, digits = (x.astype("int32") for x in (a, b, digits))
-        column = np.arange(pad + 3)[None, :]
+        operator = operator_index(ops)
+        column = np.arange(pad)[None, :]
         source = np.zeros((n, pad + 1), dtype="int32")
-        if self.source_style == "op_columns":  # "x+y" / "x-y" tokens, then [END]
-            tokens = ids["0+0"] + 100 * (ops == "-")[:, None] + 10 * a + b
-            source[:, :pad] = np.where(column[:, :pad] < widths[:, None], tokens, 0)
+        if self.source_style == "op_columns":  # "x+y" / "x-y" / "x*y" tokens, then [END]
+            tokens = ids["0+0"] + COLUMN_PAIRS * operator[:, None] + 10 * a + b
+            source[:, :pad] = np.where(column < widths[:, None], tokens, 0)
             source[rows, widths] = END_ID
         else:  # the operator, then "x|y" tokens
-            source[:, 0] = np.where(ops == "-", ids["-"], ids["+"])
-            source[:, 1:] = np.where(column[:, :pad] < widths[:, None], ids["0|0"] + 10 * a + b, 0)
-        target_out = np.zeros((n, pad + 3), dtype="int32")
-        target_out[:, : pad + 1] = np.where(column[:, : pad + 1] <= widths[:, None], ids["0"] + digits, 0)
-        target_out[rows, widths + 1] = np.where(negative, ids["-"], ids["+"])
-        target_out[rows, widths + 2] = END_ID
+            source[:, 0] = np.array([ids[op] for op in OPERATORS], dtype="int32")[operator]
+            source[:, 1:] = np.where(column < widths[:, None], ids["0|0"] + 10 * a + b, 0)
+        answer_columns = digits.shape[1]
+        target_out = np.zeros((n, answer_columns + 2), dtype="int32")
+        column = np.arange(answer_columns)[None, :]
+        target_out[:, :answer_columns] = np.where(column < places[:, None], ids["0"] + digits, 0)
+        target_out[rows, places] = np.where(negative, ids["-"], ids["+"])
+        target_out[rows, places + 1] = END_ID
         target_in = np.zeros_like(target_out)
         target_in[:, 0] = START_ID
         target_in[:, 1:] = np.where(target_out[:, :-1] == END_ID, 0, target_out[:, :-1])
         return source, target_in, target_out
+
+    def _answer_columns(self, a, ops, b, widths):
+        """Reversed answers of digit rows ``a``/``b`` ``(n, pad)``: ``(digits (n, C), negative (n,),
+        places (n,))``, row ``i``'s answer being its first ``places[i]`` digits (:meth:`answer_places`
+        at ``widths[i]``); ``C`` is ``pad + 1``, or ``2 * pad`` when products are among the ops."""
+        digits, negative = columns.answer_digits(a, b, ops == "-")
+        places = widths + 1
+        if not self.multiplies:
+            return digits, negative, places
+        times = ops == MULTIPLY
+        products = columns.product_digits(a, b)
+        sums = np.zeros_like(products)
+        sums[:, : digits.shape[1]] = digits
+        return np.where(times[:, None], products, sums), negative & ~times, np.where(times, 2 * widths, places)
 
     # --- sampling ---------------------------------------------------------------------------
 
@@ -246,7 +290,7 @@ class ArithmeticFormat:
         return self._held_out(columns.int_chunks(a), ops, columns.int_chunks(b))
 
     def _held_out(self, a_pieces, ops, b_pieces) -> np.ndarray:
-        codes = np.where(np.asarray(ops) == "+", _OP_CODES["+"], _OP_CODES["-"]).astype(np.uint64)
+        codes = (operator_index(ops) + 1).astype(np.uint64)  # '+' 1, '-' 2 (as always), '*' 3
         return (columns.problem_hash(a_pieces, codes, b_pieces) % np.uint64(self.holdout_modulus)) == 0
 
     def _draw_ops(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -317,7 +361,18 @@ class ArithmeticFormat:
         return list(chosen)
 
 
+def operator_index(ops) -> np.ndarray:
+    """Each operator's place in :data:`OPERATORS` (``"+"`` 0, ``"-"`` 1, ``"*"`` 2) as an int64 array."""
+    ops = np.asarray(ops)
+    index = np.zeros(ops.shape, dtype=np.int64)
+    for place, op in enumerate(OPERATORS[1:], 1):
+        index[ops == op] = place
+    return index
+
+
 def solve(a: int, op: str, b: int) -> int:
+    if op == MULTIPLY:
+        return a * b
     return a + b if op == "+" else a - b
 
 
@@ -329,7 +384,7 @@ def parse_problem(text: str) -> tuple[int, str, int]:
             left, right = compact[:position], compact[position + 1 :]
             if _is_digits(left) and _is_digits(right):
                 return int(left), compact[position], int(right)
-    raise KformerError(f"'{text}' is not a problem like 1234+4567 or 1234-4567 (non-negative whole numbers)")
+    raise KformerError(f"'{text}' is not a problem like 1234+4567, 1234-4567 or 12*34 (non-negative whole numbers)")
 
 
 def parse_problem_line(line: str) -> tuple[tuple[int, str, int], int]:

@@ -1,5 +1,5 @@
 """Numbers as arrays of digits, ones first: drawing operands of any length, the held-out hash,
-answers with carries and borrows, and the column encoding of whole batches at once.
+answers with carries and borrows, products, and the column encoding of whole batches at once.
 
 An operand array is ``(n, width)`` uint8, column ``i`` holding the digit of ``10**i``: numbers of
 any length (NumPy integers stop at 19 digits), and a whole batch is worked column by column, as
@@ -113,3 +113,21 @@ def answer_digits(a: np.ndarray, b: np.ndarray, minus: np.ndarray) -> tuple[np.n
         carry = total // 10  # +1 carry, -1 borrow, 0
     out[:, width] = carry % 10  # 1 after a last carry, 9 after a last borrow
     return out, carry < 0
+
+
+def product_digits(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a * b`` of digit rows ``a`` ``(n, wa)`` and ``b`` ``(n, wb)``, ones first: ``(n, wa + wb)``
+    digits (the most such a product has), as long multiplication works: the digit products of
+    each place summed, then the carries taken up from the ones."""
+    n, width_a = a.shape
+    width = width_a + b.shape[1]
+    totals = np.zeros((n, width), dtype=np.int64)
+    for column in range(width_a):
+        totals[:, column : column + b.shape[1]] += a[:, column : column + 1].astype(np.int64) * b
+    out = np.zeros((n, width), dtype=np.uint8)
+    carry = np.zeros(n, dtype=np.int64)
+    for column in range(width):
+        total = totals[:, column] + carry
+        out[:, column] = total % 10
+        carry = total // 10
+    return out

@@ -6,7 +6,7 @@ const state = { models: [], meta: {}, explained: null };
 const PROMPTS = {
   classify: ["Ticket", "e.g. my laptop will not boot after the update"],
   translate: ["Sentence", "e.g. How are you?"],
-  arithmetic: ["Sum", "e.g. 1234+4567"],
+  arithmetic: ["Problem", "e.g. 1234+4567"],
 };
 
 class ApiError extends Error {}
@@ -70,9 +70,11 @@ async function modelChanged() {
     if (!state.meta[name]) state.meta[name] = await api(`/v1/models/${encodeURIComponent(name)}/metadata`);
   } catch (err) { showError(err); return; }
   const meta = state.meta[name];
-  const [label, placeholder] = PROMPTS[meta.task] || ["Text", ""];
+  const [label, example] = PROMPTS[meta.task] || ["Text", ""];
   $("text-label").textContent = label;
-  // an arithmetic folder says the longest numbers it accepts; longer ones are refused by the service
+  // an arithmetic folder says its operators (the example uses the first: 1234*4567 for products)
+  // and the longest numbers it accepts; longer ones are refused by the service
+  const placeholder = meta.ops ? example.replace("+", meta.ops[0]) : example;
   $("text").placeholder = meta.max_digits ? `${placeholder} (numbers of up to ${meta.max_digits} digits)` : placeholder;
   $("top-k-box").hidden = !("top_k" in (meta.parameters || {}));
   $("beam-box").hidden = !("beam" in (meta.parameters || {}));

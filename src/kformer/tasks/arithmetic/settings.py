@@ -26,7 +26,8 @@ class ArithmeticConfig(TaskSettings):
     task: ClassVar[str] = TASK
 
     digits: int = setting(8, "data", "most digits per operand the model accepts (up to 100)")
-    ops: str = setting("+-", "data", "operators, from '+-'", metavar="OPS")
+    ops: str = setting("+-", "data", "operators, from '+-*' (a product's answer has up to twice `digits` digits)",
+                       metavar="OPS")
     pad_operands: bool = setting(True, "data", "zero-pad operands to `digits` (0012+0345)")
     reverse_answer: bool = setting(True, "data", "write the answer ones-digit first, sign last")
     source_style: Literal["chars", "interleaved", "columns", "op_columns"] = setting(
@@ -80,8 +81,10 @@ class ArithmeticConfig(TaskSettings):
             raise BadInput(f"{{field}} must be positive, not {self.max_minutes}", field="max_minutes")
         if self.dim % self.heads:
             raise BadInput(f"dim {self.dim} must be a multiple of {{field}} ({self.heads})", field="heads")
-        if not self.ops or set(self.ops) - set("+-"):
-            raise BadInput(f"{{field}} must be made of '+' and '-', not {self.ops!r}", field="ops")
+        from kformer.data.arithmetic import OPERATORS
+
+        if not self.ops or set(self.ops) - set(OPERATORS) or len(set(self.ops)) != len(self.ops):
+            raise BadInput(f"{{field}} must be distinct operators from '{OPERATORS}', not {self.ops!r}", field="ops")
         if not 0 <= self.train_digits <= self.digits:
             raise BadInput(f"{{field}} must be between 0 (= digits) and digits ({self.digits}), not "
                            f"{self.train_digits}", field="train_digits")
