@@ -84,7 +84,7 @@ class ClassifyRun(skeleton.TrainingRun):
             _check_backbone(config)
         train, valid = split(config.valid_fraction, config.seed, train, valid)
         if saved is None:
-            stats = data_stats(train.texts, train.labels, len(valid))
+            stats = data_stats(train.texts, train.labels, len(valid), unknown_rows=_out_of_scope_rows(train, valid))
             config, auto = RULES.resolve(config, stats)
             labels = sorted(set(train.labels))
             line = describe(stats, auto.to_json())
@@ -95,7 +95,7 @@ class ClassifyRun(skeleton.TrainingRun):
         check_labels(labels, train, "data", "label(s) {shown} of {field} are not among the checkpoint's labels; "
                      "resume with the same data or train into a new folder")
         out_of_scope = None
-        if config.calibrate:  # validation labels the training data lacks: out-of-scope texts for the threshold
+        if config.calibrate is True:  # validation labels the training data lacks: out-of-scope texts for the threshold
             valid, out_of_scope = scope_split(labels, valid)
         check_labels(labels, valid, "valid", "validation label(s) {shown} never occur in the training data; fix {field}"
                      " (or pass --calibrate: they are then out-of-scope texts for the unknown route)")
@@ -153,7 +153,10 @@ class ClassifyRun(skeleton.TrainingRun):
                               auto="ood_score" in prepared.auto.chosen)
         mixed = base.with_parts(wide=chosen, threshold=None, ood=ood)
         valid_scores = mixed.scores(valid, batch_size)
-        calibration = calibrate(mixed, valid, prepared.out_of_scope, batch_size) if config.calibrate else None
+        calibration = None
+        if config.calibrate is True:
+            calibration = calibrate(mixed, valid, prepared.out_of_scope, batch_size, recall=config.unknown_recall,
+                                    keep=config.unknown_keep)
         if choice is not None:  # validation settled what the rule left open: metrics.json["auto"] says so
             prepared.auto.chosen["ood_score"] = {**prepared.auto.chosen["ood_score"], "value": choice["score"],
                                                  "why": choice["why"]}
@@ -326,6 +329,12 @@ def _refit_network(prepared: _Prepared, vocabulary: list[str] | None, first: Fit
                    "seconds": round(result.seconds, 2), "stopped_by_time_budget": result.stopped_by_budget}
 
 
+def _out_of_scope_rows(train: LabelledTexts, valid: LabelledTexts) -> int:
+    """The validation rows whose labels the training split lacks: examples of no class."""
+    known = set(train.labels)
+    return sum(label not in known for label in valid.labels)
+
+
 def _together(train: LabelledTexts, valid: LabelledTexts) -> LabelledTexts:
     """The training and validation texts as one set: what a refit learns from."""
     return LabelledTexts([*train.texts, *valid.texts], [*train.labels, *valid.labels], train.source)
@@ -342,4 +351,5 @@ def _budget_left(config: ClassifyConfig, wide_seconds: float, train_rows: int, v
 
 
 def _summary(scores: dict) -> dict:
-    return {"accuracy": scores["accuracy"], "macro_f1": scores["macro_f1"], "n": scores["n"]}
+    route = {"unknown_route": scores["unknown_route"]} if "unknown_route" in scores else {}
+    return {"accuracy": scores["accuracy"], "macro_f1": scores["macro_f1"], "n": scores["n"], **route}
