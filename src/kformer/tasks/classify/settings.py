@@ -15,6 +15,8 @@ from kformer.errors import BadInput
 from kformer.tasks.classify.auto import RULES
 from kformer.tasks.classify.calibration import KEEP
 
+OUTLIER_WEIGHT = 1.0  # each unknown_label row's loss weighs as much as an in-scope row's (not tuned on validation yet)
+
 TASK = "classify"
 SCRATCH_BACKBONES = ("scratch", "bert-scratch")
 
@@ -39,6 +41,11 @@ class ClassifyConfig(TaskSettings):
     vocab_size: int | Auto = setting(AUTO, "data", "vocabulary size learned from the training text")
     max_length: int | Auto = setting(AUTO, "data", "tokens per text; longer texts are truncated")
     valid_fraction: float = setting(0.1, "data", "stratified hold-out share when no validation data is given")
+    unknown_label: str | None = setting(
+        None, "data", "the label of rows that belong to no class (a desk's \"none of these\"): they never become a "
+        "class; in training they pull the network's prediction toward uniform (outlier exposure, weight "
+        "unknown_weight), and in validation (with no validation data: valid_fraction of them) they are out-of-scope "
+        "texts the unknown route's threshold is set on", metavar="NAME")
 
     backbone: str = setting("scratch", "model", "scratch (kformer's encoder) | bert-scratch | minilm | a KerasHub/"
                             "Hugging Face BERT folder")
@@ -95,6 +102,10 @@ class ClassifyConfig(TaskSettings):
         "to unknown (0 < R <= 1; say 0.8) instead of the maximum accuracy; metrics.json \"calibration\" gives the "
         "in-scope accuracy, out-of-scope recall and precision it has on validation (without out-of-scope validation "
         "texts unknown_keep sets it)", metavar="R")
+    unknown_weight: float = setting(
+        OUTLIER_WEIGHT, "training", "with unknown_label: the weight of each of its rows' loss, the cross-entropy of the "
+        "network's prediction to the uniform distribution (outlier exposure, Hendrycks et al. 2019); 1: it counts as "
+        "much as an in-scope row's", metavar="W")
     unknown_keep: float = setting(
         KEEP, "training", "without out-of-scope validation texts: the share of the correctly predicted in-scope "
         "validation texts the calibrated threshold keeps at or above it (0 < K <= 1)", metavar="K")
@@ -144,6 +155,12 @@ class ClassifyConfig(TaskSettings):
                 raise BadInput(f"setting {{field}} = {share} must be above 0 and at most 1 (a share)", field=name)
         if self.unknown_recall is not None and self.calibrate is False:
             raise BadInput("{field} sets the calibrated threshold: leave calibrate on (or auto)", field="unknown_recall")
+        if self.unknown_weight <= 0:
+            raise BadInput(f"setting {{field}} = {self.unknown_weight} must be above 0", field="unknown_weight")
+        if self.unknown_label is not None and (not self.unknown_label.strip() or self.freeze):
+            raise BadInput("{field} " + ("must name a label" if not self.unknown_label.strip() else
+                           "trains the whole network away from confident answers; freeze trains only a head: use one "
+                           "or the other"), field="unknown_label")
         if self.max_minutes is not None and self.max_minutes <= 0:
             raise BadInput(f"{{field}} must be above 0, got {self.max_minutes}", field="max_minutes")
 
