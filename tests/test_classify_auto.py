@@ -106,7 +106,7 @@ def test_explicit_values_win_and_later_rules_build_on_them():
     assert (config.heads, config.ff_dim) == (2, 192) and config.patience == 3
     assert not {"dim", "batch_size", "epochs", "max_length"} & set(auto)
     assert set(auto) == {"truncation", "vocab_size", "heads", "ff_dim", "blocks", "learning_rate", "label_smoothing",
-                         "dropout", "patience", "wide", "ood_score", "refit"}
+                         "dropout", "patience", "wide", "calibrate", "ood_score", "refit"}
     assert all(item["why"] for item in auto.values())
 
 
@@ -130,8 +130,9 @@ def test_shipped_recipes_train_as_before(recipe):
     for data in (stats(300, 2, 5), stats(50_000, 80, 300)):
         chosen, auto = choose(config, data)
         assert {name: getattr(chosen, name) for name in OLD_DEFAULTS} == expected
-        assert set(auto.to_json()) - {"ood_score"} <= set(UNUSED_BY_PRETRAINED)
-        assert chosen.ood_score == "probability"  # no recipe calibrates: the unknown route reads as before
+        assert set(auto.to_json()) - {"calibrate", "ood_score"} <= set(UNUSED_BY_PRETRAINED)
+        # data without out-of-scope examples: no recipe calibrates, the unknown route reads as before
+        assert chosen.calibrate is False and chosen.ood_score == "probability"
 
 
 def test_data_stats_measure_words_and_sample_huge_sets():

@@ -169,6 +169,17 @@ def _write_results(texts: list[str], results: list[dict], writer) -> None:
 # --- evaluate (called by kformer.cli for classify folders) -------------------------------------------
 
 
+def route_line(route: dict) -> str:
+    """One line: what the unknown route did at the folder's threshold (``scores["unknown_route"]``)."""
+    def percent(share):
+        return "n/a" if share is None else f"{100 * share:.1f} %"
+
+    return (f"unknown route at threshold {route['threshold']:g} ({route['ood_score']}): in-scope accuracy "
+            f"{percent(route['in_scope_accuracy'])} (route off {percent(route['in_scope_accuracy_without'])}, "
+            f"{route['in_scope']} texts), out-of-scope recall {percent(route['out_of_scope_recall'])} and precision "
+            f"{percent(route['out_of_scope_precision'])} ({route['out_of_scope']} texts of labels the model never saw)")
+
+
 def evaluate(args: argparse.Namespace, model) -> int:
     """Print accuracy, macro-F1 and the per-class report (or ``--json``); write the confusion PNG."""
     from kformer.metrics import format_classification_report
@@ -182,5 +193,7 @@ def evaluate(args: argparse.Namespace, model) -> int:
     print(format_classification_report(scores))
     if scores["unseen_labels"]:
         print(f"labels the model never saw (always wrong): {', '.join(scores['unseen_labels'])}")
+    if "unknown_route" in scores:
+        print(route_line(scores["unknown_route"]))
     print(f"confusion matrix: {out / 'confusion.png'}")
     return 0

@@ -92,8 +92,9 @@ RULES = Rules()
 class DataStats:
     """What the rules look at: the training split's ``rows`` and ``classes``, the
     ``length_quantiles`` (101 values: the 0th..100th percentile of word tokens per text),
-    ``distinct_words``, the ``valid_rows`` scored each epoch, and ``sampled`` rows measured
-    (``rows`` unless the data is larger than :data:`SAMPLE_ROWS`)."""
+    ``distinct_words``, the ``valid_rows`` scored each epoch, ``sampled`` rows measured
+    (``rows`` unless the data is larger than :data:`SAMPLE_ROWS`), and ``unknown_rows``: the
+    examples of no class (out-of-scope texts) the data holds."""
 
     rows: int
     classes: int
@@ -102,6 +103,7 @@ class DataStats:
     valid_rows: int = 0
     sampled: int = 0
     repeated_words: int | None = None  # distinct words seen at least twice (None: distinct_words)
+    unknown_rows: int = 0  # examples of no class: validation rows of labels the training split lacks
 
     @property
     def kept_words(self) -> int:
@@ -117,8 +119,9 @@ class DataStats:
         return float(np.mean(np.minimum(np.asarray(self.length_quantiles) * scale, limit)))
 
 
-def data_stats(texts: Sequence[str], labels: Sequence[str], valid_rows: int = 0) -> DataStats:
-    """Measure the training texts (word tokens, as kformer's word tokenizer splits them)."""
+def data_stats(texts: Sequence[str], labels: Sequence[str], valid_rows: int = 0, unknown_rows: int = 0) -> DataStats:
+    """Measure the training texts (word tokens, as kformer's word tokenizer splits them);
+    ``unknown_rows``: the out-of-scope examples counted by the caller."""
     rows = len(texts)
     step = max(1, math.ceil(rows / SAMPLE_ROWS))
     words: Counter = Counter()
@@ -130,7 +133,7 @@ def data_stats(texts: Sequence[str], labels: Sequence[str], valid_rows: int = 0)
     quantiles = np.percentile(np.asarray(lengths or [0], dtype="float64"), np.arange(101))
     repeated = sum(1 for count in words.values() if count >= 2)
     return DataStats(rows, len(set(labels)), tuple(float(q) for q in quantiles), len(words), int(valid_rows),
-                     len(lengths), repeated)
+                     len(lengths), repeated, int(unknown_rows))
 
 
 def choose(config: ClassifyConfig, stats: DataStats) -> tuple[ClassifyConfig, AutoChoices]:
@@ -351,6 +354,19 @@ def _wide(config: ClassifyConfig, stats: DataStats) -> tuple[bool, str]:
         return False, f"backbone {config.backbone} is pretrained: it already knows the words an n-gram part would add"
     return True, (f"backbone {config.backbone} learns from this data alone: TF-IDF n-grams + logistic regression "
                   "beside it, mixed by a weight chosen on validation (metrics.json \"wide\")")
+
+
+@RULES.rule("calibrate", summary="on when the data holds out-of-scope examples (validation texts whose labels the "
+            "training data lacks) or unknown_recall is given; else off; off with refit = true")
+def _calibrate(config: ClassifyConfig, stats: DataStats) -> tuple[bool, str]:
+    if config.refit is True:
+        return False, "refit trains the final network on the validation texts the threshold would be set on"
+    if stats.unknown_rows:
+        return True, (f"{stats.unknown_rows:,} out-of-scope examples in the data: the unknown route's threshold is set "
+                      "on them")
+    if config.unknown_recall is not None:
+        return True, f"unknown_recall {config.unknown_recall:g} asks for a calibrated threshold"
+    return False, "no out-of-scope examples in the data and no unknown_recall"
 
 
 @RULES.rule("ood_score", summary="with calibrate: the score (probability, mahalanobis or knn) with the highest "

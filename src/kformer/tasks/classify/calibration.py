@@ -7,11 +7,14 @@ scope. :func:`choose_threshold` picks the threshold from validation scores of an
 (:func:`calibrate`: those of a trained classifier):
 
 - with out-of-scope rows (validation texts whose labels the training data lacks, which should be
-  routed to ``unknown``): the threshold maximising accuracy over in- and out-of-scope rows together
-  (an in-scope row is right when its prediction is correct and at or above the threshold, an
-  out-of-scope row when it is below);
-- without them: the largest threshold that keeps ``keep`` (95 %) of the correctly predicted
-  in-scope rows at or above it.
+  routed to ``unknown``) and a target ``recall`` (``unknown_recall``): the lowest threshold that
+  routes at least that share of them to unknown -- the desk says how many unknown texts it wants
+  caught, and the summary says what that costs in in-scope accuracy;
+- with out-of-scope rows and no target: the threshold maximising accuracy over in- and
+  out-of-scope rows together (an in-scope row is right when its prediction is correct and at or
+  above the threshold, an out-of-scope row when it is below);
+- without them: the largest threshold that keeps ``keep`` (``unknown_keep``, 95 %) of the
+  correctly predicted in-scope rows at or above it.
 
 With out-of-scope rows, :func:`calibrate` also records how well each score separates them from
 in-scope rows: the AUROC of the chosen score and of the best probability, side by side.
@@ -27,15 +30,16 @@ KEEP = 0.95
 
 
 def choose_threshold(best: np.ndarray, correct: np.ndarray, best_out_of_scope: np.ndarray | None = None,
-                     keep: float = KEEP, floor: float | None = 0.0) -> dict[str, Any]:
+                     keep: float = KEEP, floor: float | None = 0.0, recall: float | None = None) -> dict[str, Any]:
     """``{"threshold", "method", ...}`` from validation scores (higher = more in scope).
 
     ``best``: ``(n,)`` the in-scope score of each in-scope row (the best class probability, or
     minus a distance); ``correct``: ``(n,)`` bool, whether its prediction was right;
     ``best_out_of_scope``: ``(m,)`` scores of the out-of-scope rows, or None/empty. ``floor``: the
-    threshold that routes nothing (0.0 for probabilities; None: the lowest score seen). The summary
-    also gives in-scope accuracy (a row routed to unknown counts as wrong) and out-of-scope recall
-    (share routed to unknown) at the threshold.
+    threshold that routes nothing (0.0 for probabilities; None: the lowest score seen). ``recall``:
+    the share of out-of-scope rows to route (used when there are some). The summary also gives
+    in-scope accuracy (a row routed to unknown counts as wrong) and, with out-of-scope rows,
+    :func:`route_quality` at the threshold.
     """
     best = np.asarray(best, dtype="float64")
     correct = np.asarray(correct, dtype=bool)
@@ -44,19 +48,21 @@ def choose_threshold(best: np.ndarray, correct: np.ndarray, best_out_of_scope: n
         raise ValueError("calibration needs in-scope validation rows")
     if floor is None:
         floor = float(min(best.min(), oos.min() if len(oos) else np.inf))
-    if len(oos):
+    if len(oos) and recall is not None:
+        threshold = recall_threshold(oos, recall)
+        method = f"out-of-scope recall {recall:g}"
+    elif len(oos):
         top = max(best.max(), oos.max())
         candidates = np.unique(np.concatenate([[floor], best, oos, [np.nextafter(top, np.inf)]]))
         kept = (best[None, :] >= candidates[:, None]) & correct[None, :]  # (k, n)
         routed = oos[None, :] < candidates[:, None]  # (k, m)
         accuracy = (kept.sum(axis=1) + routed.sum(axis=1)) / (len(best) + len(oos))
-        threshold = float(candidates[int(np.argmax(accuracy))])  # ties: the lowest threshold
+        threshold = _round_down(float(candidates[int(np.argmax(accuracy))]))  # ties: the lowest threshold
         method = "out_of_scope"
     else:
         right = best[correct]
-        threshold = float(np.quantile(right, 1.0 - keep, method="lower")) if len(right) else floor
+        threshold = _round_down(float(np.quantile(right, 1.0 - keep, method="lower")) if len(right) else floor)
         method = f"keep {keep:.0%} of correct"
-    threshold = _round_down(threshold)
     summary = {
         "threshold": threshold,
         "method": method,
@@ -66,8 +72,35 @@ def choose_threshold(best: np.ndarray, correct: np.ndarray, best_out_of_scope: n
         "in_scope_accuracy_without": float(correct.mean()),
     }
     if len(oos):
-        summary["out_of_scope_recall"] = float((oos < threshold).mean())
+        summary.update(route_quality(best, oos, threshold))
     return summary
+
+
+def recall_threshold(out_of_scope: np.ndarray, recall: float) -> float:
+    """The lowest threshold (to 6 decimals, as kept in kformer.json) below which at least
+    ``recall`` of the ``out_of_scope`` scores ``(m,)`` fall: just above the ``ceil(recall x m)``-th
+    lowest of them."""
+    ranked = np.sort(np.asarray(out_of_scope, dtype="float64"))
+    needed = min(max(int(np.ceil(recall * len(ranked) - 1e-9)), 1), len(ranked))
+    return _round_up_above(float(ranked[needed - 1]))
+
+
+def route_quality(in_scope: np.ndarray, out_of_scope: np.ndarray, threshold: float) -> dict[str, Any]:
+    """``{"out_of_scope_recall", "out_of_scope_precision"}`` of the route at ``threshold``: the
+    share of the ``out_of_scope`` scores ``(m,)`` below it, and the share of out-of-scope rows
+    among all routed ones (``in_scope`` ``(n,)`` too; None when nothing is routed)."""
+    caught = int((np.asarray(out_of_scope) < threshold).sum())
+    routed = caught + int((np.asarray(in_scope) < threshold).sum())
+    return {"out_of_scope_recall": caught / len(out_of_scope) if len(out_of_scope) else None,
+            "out_of_scope_precision": caught / routed if routed else None}
+
+
+def _round_up_above(score: float) -> float:
+    """The smallest 6-decimal number above ``score``: a threshold that routes a row scoring it."""
+    rounded = float(np.floor(score * 1e6) / 1e6)
+    while rounded <= score:
+        rounded = round(rounded + 1e-6, 6)
+    return rounded
 
 
 def _round_down(threshold: float) -> float:
@@ -77,8 +110,9 @@ def _round_down(threshold: float) -> float:
     return rounded if rounded <= threshold else float(np.floor(threshold * 1e6) / 1e6)
 
 
-def calibrate(classifier, valid, out_of_scope=None, batch_size: int = 64) -> dict[str, Any]:
-    """metrics.json's ``calibration``: :func:`choose_threshold` on ``classifier``'s in-scope scores
+def calibrate(classifier, valid, out_of_scope=None, batch_size: int = 64, *, recall: float | None = None,
+              keep: float = KEEP) -> dict[str, Any]:
+    """metrics.json's ``calibration``: :func:`choose_threshold` (``recall``, ``keep``) on ``classifier``'s in-scope scores
     (:meth:`~kformer.tasks.classify.Classifier.scored`: its ``ood`` score, else the best
     probability) of ``valid`` (LabelledTexts of its labels) and ``out_of_scope`` (LabelledTexts of
     other labels, or None), what the threshold does there, and with out-of-scope rows ``auroc``:
@@ -90,8 +124,8 @@ def calibrate(classifier, valid, out_of_scope=None, batch_size: int = 64) -> dic
     oos_probs = oos_scores = None
     if out_of_scope is not None:
         oos_probs, oos_scores = classifier.scored(out_of_scope.texts, batch_size)
-    summary = {"ood_score": kind, **choose_threshold(scores, correct, oos_scores,
-                                                     floor=0.0 if classifier.ood is None else None)}
+    summary = {"ood_score": kind, **choose_threshold(scores, correct, oos_scores, keep=keep,
+                                                     floor=0.0 if classifier.ood is None else None, recall=recall)}
     if out_of_scope is not None:
         summary["labels_out_of_scope"] = sorted(set(out_of_scope.labels))
         summary["auroc"] = {kind: auroc(scores, oos_scores),

@@ -61,6 +61,7 @@ def read_all(config, data: Data | None, valid: Data | None, test: Data | None):
             f"into at most {MAX_LABELS:,} (its report and confusion matrix grow with the square): check "
             "--label-column, or group rare labels", field="data")
     valid = None if valid is None else as_labelled(valid, *columns, "valid")
+    check_unknown_label(config.unknown_label, train, valid)
     if valid is None:
         check_label_counts(train.labels, 2, "a stratified hold-out needs")
     test = None if test is None else as_labelled(test, *columns, "test")
@@ -82,6 +83,46 @@ def split(valid_fraction: float, seed: int, train: LabelledTexts,
         valid = subset(train, held, f"{train.source} (hold-out)")
         train = subset(train, keep, train.source, train.dropped)
     return train, valid
+
+
+def split_unknown(config, train: LabelledTexts,
+                  valid: LabelledTexts | None) -> tuple[LabelledTexts, LabelledTexts, LabelledTexts | None]:
+    """``(train, valid, unknown rows or None)``: :func:`split` of the training rows whose label is not
+    ``config.unknown_label``; the rows that are: in training, the unknown rows returned (they train
+    the network away from confident answers), and with no ``valid`` given a ``valid_fraction`` of
+    them (at least one) held out into the validation split (out-of-scope texts there)."""
+    name = config.unknown_label
+    outside = [i for i, label in enumerate(train.labels) if label == name]
+    if name is None or not outside:
+        return (*split(config.valid_fraction, config.seed, train, valid), None)
+    inside = [i for i in range(len(train)) if train.labels[i] != name]
+    if len({train.labels[i] for i in inside}) < 2:
+        raise BadInput(f"{train.source}: beside the {name!r} rows of {{field}} the training data has fewer than two "
+                       "labels; a classifier needs at least two", field="unknown_label")
+    in_scope, held_valid = split(config.valid_fraction, config.seed, subset(train, inside, train.source, train.dropped),
+                                 valid)
+    unknown = subset(train, outside, f"{train.source} ({name})")
+    if valid is not None:
+        return in_scope, held_valid, unknown
+    order = np.random.default_rng(config.seed).permutation(len(outside))
+    held = max(1, round(config.valid_fraction * len(outside))) if len(outside) > 1 else 0
+    held_unknown = subset(unknown, order[:held], unknown.source)
+    together = LabelledTexts([*held_valid.texts, *held_unknown.texts], [*held_valid.labels, *held_unknown.labels],
+                             held_valid.source)
+    return in_scope, together, subset(unknown, order[held:], unknown.source)
+
+
+def without_label(data: LabelledTexts, name: str) -> LabelledTexts:
+    """``data`` without its rows labelled ``name``."""
+    return subset(data, [i for i, label in enumerate(data.labels) if label != name], data.source, data.dropped)
+
+
+def check_unknown_label(name: str | None, train: LabelledTexts, valid: LabelledTexts | None) -> None:
+    """BadInput naming ``unknown_label`` when ``name`` labels no row of the training or validation data."""
+    if name is not None and name not in train.labels and (valid is None or name not in valid.labels):
+        shown = ", ".join(repr(label) for label in sorted(set(train.labels))[:5])
+        raise BadInput(f"{{field}} {name!r} labels no row of the training or validation data (training labels: "
+                       f"{shown}{', ...' if len(set(train.labels)) > 5 else ''})", field="unknown_label")
 
 
 def scope_split(labels: list[str], valid: LabelledTexts) -> tuple[LabelledTexts, LabelledTexts | None]:

@@ -116,6 +116,28 @@ def sample_weights(config: ClassifyConfig, labels: list[str], train_labels: list
     return np.array([by_label[label] for label in train_labels], dtype="float32")
 
 
+def training_rows(classifier, config: ClassifyConfig, rows, unknown=None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """``(ids (n, max_length), targets (n, classes), sample weights (n,) or None)`` of the training
+    ``rows`` (LabelledTexts of the classifier's labels: one-hot targets, class weights if asked)
+    followed by the ``unknown`` rows (``unknown_label``; None or empty: none): outlier exposure
+    (Hendrycks et al. 2019), their target the uniform distribution, so their cross-entropy pulls
+    the prediction toward "none of these", each weighted ``config.unknown_weight``."""
+    index = {label: i for i, label in enumerate(classifier.labels)}
+    targets, weights = one_hot(rows.labels, index), sample_weights(config, classifier.labels, rows.labels)
+    if unknown is None or not len(unknown):
+        return classifier.features(rows.texts), targets, weights
+    ids = classifier.features([*rows.texts, *unknown.texts])
+    targets = np.concatenate([targets, uniform_targets(len(unknown), len(index))])
+    weights = np.concatenate([np.ones(len(rows), dtype="float32") if weights is None else weights,
+                              np.full(len(unknown), config.unknown_weight, dtype="float32")])
+    return ids, targets, weights
+
+
+def uniform_targets(rows: int, classes: int) -> np.ndarray:
+    """``(rows, classes)`` float32 of ``1 / classes``: the target of a text that belongs to no class."""
+    return np.full((rows, classes), 1.0 / classes, dtype="float32")
+
+
 def batches(kind: str, ids, y, batch_size: int, shuffle: bool, seed: int = 0, sample_weight=None, first_epoch: int = 0,
             cluster: Cluster | None = None):
     """A ``tf.data.Dataset`` of length-bucketed batches (BERT models get their input dicts);
@@ -137,24 +159,24 @@ def batches(kind: str, ids, y, batch_size: int, shuffle: bool, seed: int = 0, sa
 
 
 def fit_network(classifier, config: ClassifyConfig, splits, state_dir: Path, resume: bool, progress,
-                cluster: Cluster | None = None):
-    """Compile and train ``classifier.model`` in place on ``splits`` ``(train, valid)``; returns
-    :class:`~kformer.training.FitResult`."""
+                cluster: Cluster | None = None, unknown=None):
+    """Compile and train ``classifier.model`` in place on ``splits`` ``(train, valid)`` and the
+    ``unknown`` rows (:func:`training_rows`); returns :class:`~kformer.training.FitResult`."""
     from kformer.training import FitPlan, fit, last_checkpoint
 
     if config.freeze:
         return fit_frozen(classifier, config, splits, state_dir, resume, progress)
     train, valid = splits
     index = {label: i for i, label in enumerate(classifier.labels)}
-    x_train, x_valid = classifier.features(train.texts), classifier.features(valid.texts)
-    weights = sample_weights(config, classifier.labels, train.labels)
+    x_train, y_train, weights = training_rows(classifier, config, train, unknown)
+    x_valid = classifier.features(valid.texts)
     done = last_checkpoint(state_dir) if resume else None
-    train_batches = batches(classifier.kind, x_train, one_hot(train.labels, index), config.batch_size, True,
+    train_batches = batches(classifier.kind, x_train, y_train, config.batch_size, True,
                             config.seed, weights, first_epoch=0 if done is None else done[1], cluster=cluster)
     valid_batches = batches(classifier.kind, x_valid, one_hot(valid.labels, index), max(config.batch_size, 64), False,
                             cluster=cluster)
     model = classifier.model
-    steps = math.ceil(len(train) / config.batch_size)
+    steps = math.ceil(len(x_train) / config.batch_size)
     schedule = compile_network(model, config, steps, classifier.kind, initial_step=0 if done is None else done[1] * steps,
                                cluster=cluster, xla=classifier.kind in XLA_KINDS)
     preprocessor = getattr(model, "preprocessor", None)
@@ -170,20 +192,20 @@ def fit_network(classifier, config: ClassifyConfig, splits, state_dir: Path, res
             model.preprocessor = preprocessor
 
 
-def fit_without_validation(classifier, config: ClassifyConfig, rows, epochs: int, state_dir: Path, progress):
+def fit_without_validation(classifier, config: ClassifyConfig, rows, epochs: int, state_dir: Path, progress,
+                           unknown=None):
     """``refit``: compile and train ``classifier.model`` (freshly built) on ``rows`` (LabelledTexts:
     the training and validation texts together) for ``epochs``, the count validation chose. The
     rate follows the first run's schedule (warmup and decay over ``config.epochs``) and stops at
     that epoch, so the second run repeats the chosen one on more texts; nothing is held out, so
     nothing stops it early (``loss`` is watched only to restore the last, lowest-loss weights).
-    ``config.max_minutes`` is this run's own budget. Returns :class:`~kformer.training.FitResult`."""
+    ``config.max_minutes`` is this run's own budget; ``unknown`` rows train as in :func:`training_rows`.
+    Returns :class:`~kformer.training.FitResult`."""
     from kformer.training import FitPlan, fit
 
-    index = {label: i for i, label in enumerate(classifier.labels)}
-    weights = sample_weights(config, classifier.labels, rows.labels)
-    train_batches = batches(classifier.kind, classifier.features(rows.texts), one_hot(rows.labels, index),
-                            config.batch_size, True, config.seed, weights)
-    steps = math.ceil(len(rows) / config.batch_size)
+    ids, targets, weights = training_rows(classifier, config, rows, unknown)
+    train_batches = batches(classifier.kind, ids, targets, config.batch_size, True, config.seed, weights)
+    steps = math.ceil(len(ids) / config.batch_size)
     schedule = compile_network(classifier.model, config, steps, classifier.kind, xla=classifier.kind in XLA_KINDS)
     preprocessor = getattr(classifier.model, "preprocessor", None)
     if classifier.kind == "bert":

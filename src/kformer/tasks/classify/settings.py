@@ -15,6 +15,8 @@ from kformer.errors import BadInput
 from kformer.tasks.classify.auto import RULES
 from kformer.tasks.classify.calibration import KEEP
 
+OUTLIER_WEIGHT = 1.0  # each unknown_label row's loss weighs as much as an in-scope row's (not tuned on validation yet)
+
 TASK = "classify"
 SCRATCH_BACKBONES = ("scratch", "bert-scratch")
 
@@ -39,6 +41,11 @@ class ClassifyConfig(TaskSettings):
     vocab_size: int | Auto = setting(AUTO, "data", "vocabulary size learned from the training text")
     max_length: int | Auto = setting(AUTO, "data", "tokens per text; longer texts are truncated")
     valid_fraction: float = setting(0.1, "data", "stratified hold-out share when no validation data is given")
+    unknown_label: str | None = setting(
+        None, "data", "the label of rows that belong to no class (a desk's \"none of these\"): they never become a "
+        "class; in training they pull the network's prediction toward uniform (outlier exposure, weight "
+        "unknown_weight), and in validation (with no validation data: valid_fraction of them) they are out-of-scope "
+        "texts the unknown route's threshold is set on", metavar="NAME")
 
     backbone: str = setting("scratch", "model", "scratch (kformer's encoder) | bert-scratch | minilm | a KerasHub/"
                             "Hugging Face BERT folder")
@@ -85,10 +92,23 @@ class ClassifyConfig(TaskSettings):
     seed: int = setting(0, "training", "random seed")
     max_minutes: float | None = setting(None, "training", "stop after this many minutes, keeping the best weights "
                                         "(resumed: minutes of training in all)", metavar="M")
-    calibrate: bool = setting(
-        False, "training", "choose the unknown route's threshold on the validation set (its labels the training "
-        f"data lacks are out-of-scope texts; without them {KEEP:.0%} of the correct predictions stay above it); "
-        "predict and serve use it by default")
+    calibrate: bool | Auto = setting(
+        AUTO, "training", "choose the unknown route's threshold on the validation set (its labels the training "
+        "data lacks are out-of-scope texts; the threshold maximises accuracy over in- and out-of-scope texts, or "
+        "reaches unknown_recall; without them unknown_keep of the correct predictions stay above it); predict and "
+        "serve use it by default")
+    unknown_recall: float | None = setting(
+        None, "training", "set the calibrated threshold for this share of the out-of-scope validation texts routed "
+        "to unknown (0 < R <= 1; say 0.8) instead of the maximum accuracy; metrics.json \"calibration\" gives the "
+        "in-scope accuracy, out-of-scope recall and precision it has on validation (without out-of-scope validation "
+        "texts unknown_keep sets it)", metavar="R")
+    unknown_weight: float = setting(
+        OUTLIER_WEIGHT, "training", "with unknown_label: the weight of each of its rows' loss, the cross-entropy of the "
+        "network's prediction to the uniform distribution (outlier exposure, Hendrycks et al. 2019); 1: it counts as "
+        "much as an in-scope row's", metavar="W")
+    unknown_keep: float = setting(
+        KEEP, "training", "without out-of-scope validation texts: the share of the correctly predicted in-scope "
+        "validation texts the calibrated threshold keeps at or above it (0 < K <= 1)", metavar="K")
     ood_score: Literal["probability", "mahalanobis", "knn"] | Auto = setting(
         AUTO, "training", "what the unknown route thresholds (higher = more in scope; --threshold is in its units): "
         "probability (the best class probability, 0..1), mahalanobis (minus the squared Mahalanobis distance of the "
@@ -124,10 +144,23 @@ class ClassifyConfig(TaskSettings):
             raise BadInput(f"setting {{field}} = {self.window} must be 0 (full attention) or a window length", field="window")
         if self.learning_rate != AUTO and self.learning_rate <= 0:
             raise BadInput(f"{{field}} must be above 0, got {self.learning_rate}", field="learning_rate")
-        if self.refit is True and (self.calibrate or self.freeze):
+        calibrating = self.calibrate is True or self.unknown_recall is not None
+        if self.refit is True and (calibrating or self.freeze):
             raise BadInput("{field} trains the final network on the validation texts too; " + (
-                "calibrate sets its threshold on those texts" if self.calibrate else "freeze trains only a head on "
+                "calibrate sets its threshold on those texts" if calibrating else "freeze trains only a head on "
                 "cached vectors") + ": use one or the other", field="refit")
+        for name in ("unknown_recall", "unknown_keep"):
+            share = getattr(self, name)
+            if share is not None and not 0.0 < share <= 1.0:
+                raise BadInput(f"setting {{field}} = {share} must be above 0 and at most 1 (a share)", field=name)
+        if self.unknown_recall is not None and self.calibrate is False:
+            raise BadInput("{field} sets the calibrated threshold: leave calibrate on (or auto)", field="unknown_recall")
+        if self.unknown_weight <= 0:
+            raise BadInput(f"setting {{field}} = {self.unknown_weight} must be above 0", field="unknown_weight")
+        if self.unknown_label is not None and (not self.unknown_label.strip() or self.freeze):
+            raise BadInput("{field} " + ("must name a label" if not self.unknown_label.strip() else
+                           "trains the whole network away from confident answers; freeze trains only a head: use one "
+                           "or the other"), field="unknown_label")
         if self.max_minutes is not None and self.max_minutes <= 0:
             raise BadInput(f"{{field}} must be above 0, got {self.max_minutes}", field="max_minutes")
 

@@ -24,7 +24,14 @@ from kformer.tasks.base import TrainResult
 from kformer.tasks.classify import network, wide_fit
 from kformer.tasks.classify.auto import RULES, data_stats, describe
 from kformer.tasks.classify.calibration import calibrate, pick_score
-from kformer.tasks.classify.data import Data, check_labels, read_all, scope_split, split
+from kformer.tasks.classify.data import (
+    Data,
+    check_labels,
+    read_all,
+    scope_split,
+    split_unknown,
+    without_label,
+)
 from kformer.tasks.classify.model import VOCAB_FILE, Classifier, network_manifest, write_folder
 from kformer.tasks.classify.settings import TASK, ClassifyConfig
 from kformer.tasks.state import STATE_FILE
@@ -45,6 +52,7 @@ class _Prepared(skeleton.Prepared):
     valid: LabelledTexts | None = None  # in scope: only labels of the training data
     test: LabelledTexts | None = None
     out_of_scope: LabelledTexts | None = None  # validation rows of other labels (calibrate)
+    unknown: LabelledTexts | None = None  # training rows of unknown_label: outlier exposure, never a class
 
 
 @dataclass
@@ -82,9 +90,10 @@ class ClassifyRun(skeleton.TrainingRun):
         train, valid, test = data
         if saved is None:
             _check_backbone(config)
-        train, valid = split(config.valid_fraction, config.seed, train, valid)
+        train, valid, unknown = split_unknown(config, train, valid)
         if saved is None:
-            stats = data_stats(train.texts, train.labels, len(valid))
+            unknown_rows = _out_of_scope_rows(train, valid) + (len(unknown) if unknown else 0)
+            stats = data_stats(train.texts, train.labels, len(valid), unknown_rows=unknown_rows)
             config, auto = RULES.resolve(config, stats)
             labels = sorted(set(train.labels))
             line = describe(stats, auto.to_json())
@@ -95,11 +104,13 @@ class ClassifyRun(skeleton.TrainingRun):
         check_labels(labels, train, "data", "label(s) {shown} of {field} are not among the checkpoint's labels; "
                      "resume with the same data or train into a new folder")
         out_of_scope = None
-        if config.calibrate:  # validation labels the training data lacks: out-of-scope texts for the threshold
+        if config.calibrate is not True and config.unknown_label is not None:  # nothing sets a threshold on them
+            valid = without_label(valid, config.unknown_label)
+        if config.calibrate is True:  # validation labels the training data lacks: out-of-scope texts for the threshold
             valid, out_of_scope = scope_split(labels, valid)
         check_labels(labels, valid, "valid", "validation label(s) {shown} never occur in the training data; fix {field}"
                      " (or pass --calibrate: they are then out-of-scope texts for the unknown route)")
-        return _Prepared(config, auto, line if auto.chosen else None, labels, train, valid, test, out_of_scope)
+        return _Prepared(config, auto, line if auto.chosen else None, labels, train, valid, test, out_of_scope, unknown)
 
     def check_job(self, prepared: _Prepared, cluster) -> None:
         if prepared.config.freeze:
@@ -130,7 +141,8 @@ class ClassifyRun(skeleton.TrainingRun):
             wide_part, wide_seconds = wide_fit.fit_timed(train, labels, class_weights=config.class_weights, valid=valid,
                                                          word_ngrams=config.wide_ngrams)
             fit_config = _budget_left(config, wide_seconds, len(train), len(valid))
-        result = network.fit_network(classifier, fit_config, (train, valid), state_dir, resume, progress, cluster)
+        result = network.fit_network(classifier, fit_config, (train, valid), state_dir, resume, progress, cluster,
+                                     unknown=prepared.unknown)
         fitted = _Fitted(classifier, result, vocabulary, wide_part, wide_seconds)
         if config.refit is True:
             spent = time.monotonic() - started
@@ -153,7 +165,10 @@ class ClassifyRun(skeleton.TrainingRun):
                               auto="ood_score" in prepared.auto.chosen)
         mixed = base.with_parts(wide=chosen, threshold=None, ood=ood)
         valid_scores = mixed.scores(valid, batch_size)
-        calibration = calibrate(mixed, valid, prepared.out_of_scope, batch_size) if config.calibrate else None
+        calibration = None
+        if config.calibrate is True:
+            calibration = calibrate(mixed, valid, prepared.out_of_scope, batch_size, recall=config.unknown_recall,
+                                    keep=config.unknown_keep)
         if choice is not None:  # validation settled what the rule left open: metrics.json["auto"] says so
             prepared.auto.chosen["ood_score"] = {**prepared.auto.chosen["ood_score"], "value": choice["score"],
                                                  "why": choice["why"]}
@@ -186,7 +201,8 @@ class ClassifyRun(skeleton.TrainingRun):
             "best_epoch": None if result.best_epoch is None else result.best_epoch + 1,
             "stopped_by_time_budget": result.stopped_by_budget,
             "splits": {"train": len(train), "valid": len(valid), "test": len(test) if test else 0,
-                       "dropped_empty": train.dropped},
+                       "dropped_empty": train.dropped,
+                       **({"unknown_train": len(prepared.unknown)} if prepared.unknown else {})},
             "recipe": to_dict(config),
             **({"vocabulary": vocabulary_summary(config, vocabulary)} if vocabulary else {}),
             **({"calibration": assembled.calibration} if assembled.calibration else {}),
@@ -321,9 +337,16 @@ def _refit_network(prepared: _Prepared, vocabulary: list[str] | None, first: Fit
             return None, {"skipped": f"max_minutes {config.max_minutes:g} was spent by the first run", "seconds": 0.0}
         config = dataclasses.replace(config, max_minutes=left)
     final = _new_classifier(config, prepared.labels, vocabulary, state_dir)
-    result = network.fit_without_validation(final, config, every, epochs, state_dir / "refit", progress)
+    result = network.fit_without_validation(final, config, every, epochs, state_dir / "refit", progress,
+                                            unknown=prepared.unknown)
     return final, {"epochs": epochs, "epochs_run": result.epochs_run, "rows": len(every),
                    "seconds": round(result.seconds, 2), "stopped_by_time_budget": result.stopped_by_budget}
+
+
+def _out_of_scope_rows(train: LabelledTexts, valid: LabelledTexts) -> int:
+    """The validation rows whose labels the training split lacks: examples of no class."""
+    known = set(train.labels)
+    return sum(label not in known for label in valid.labels)
 
 
 def _together(train: LabelledTexts, valid: LabelledTexts) -> LabelledTexts:
@@ -342,4 +365,5 @@ def _budget_left(config: ClassifyConfig, wide_seconds: float, train_rows: int, v
 
 
 def _summary(scores: dict) -> dict:
-    return {"accuracy": scores["accuracy"], "macro_f1": scores["macro_f1"], "n": scores["n"]}
+    route = {"unknown_route": scores["unknown_route"]} if "unknown_route" in scores else {}
+    return {"accuracy": scores["accuracy"], "macro_f1": scores["macro_f1"], "n": scores["n"], **route}
