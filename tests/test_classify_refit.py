@@ -43,7 +43,8 @@ def refit_run(tmp_path_factory):
     refit_by = network.fit_without_validation
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(network, "fit_without_validation",
-                      lambda c, config, rows, epochs, *a: calls.append((c, rows, epochs)) or refit_by(c, config, rows, epochs, *a))
+                      lambda c, config, rows, epochs, *a, **k: calls.append((c, rows, epochs)) or refit_by(c, config, rows, epochs, *a,
+                                                                                             **k))
         result = classify.train(settings, train, root / "model", valid=valid)
     return root, result, calls
 

@@ -227,7 +227,7 @@ def wide_folder(tmp_path_factory):
     fitted, fitted_by = classify_wide.fit_timed, network.fit_network
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(classify_wide, "fit_timed", lambda *a, **k: (fitted(*a, **k)[0], 90.0))
-        patch.setattr(network, "fit_network", lambda c, config, *a: budgets.append(config.max_minutes) or fitted_by(c, config, *a))
+        patch.setattr(network, "fit_network", lambda c, config, *a, **k: budgets.append(config.max_minutes) or fitted_by(c, config, *a, **k))
         result = classify.train(settings, train, root / "model", valid=valid, test=test)
     assert result.config.wide is True  # auto: a scratch backbone
     # the network got what was left: 5 min - 90 s for the fit - 90 s x 200/160 rows for the refit
