@@ -108,7 +108,7 @@ def test_bad_unknown_route_settings_are_one_line_errors(capsys):
 
 def test_route_counts_report_accuracy_recall_and_precision():
     from kformer.cli.classify import route_line
-    from kformer.tasks.classify.model import RouteCounts
+    from kformer.tasks.classify.calibration import RouteCounts
 
     counts = RouteCounts()
     labels = ["a", "a", "b", "b", "x", "x", "x", "y"]

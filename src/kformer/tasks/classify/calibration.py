@@ -22,6 +22,7 @@ in-scope rows: the AUROC of the chosen score and of the best probability, side b
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -158,3 +159,42 @@ def pick_score(classifier, fitted: dict, valid, out_of_scope, batch_size: int = 
     return {"score": best, "auroc": aurocs,
             "why": f"highest validation AUROC of in- vs out-of-scope texts ({aurocs[best]:.3f}) among "
                    + ", ".join(f"{kind} {value:.3f}" for kind, value in aurocs.items())}
+
+
+class RouteCounts:
+    """What the unknown route did over rows seen in chunks: in-scope rows (labels the model knows)
+    kept and right, and out-of-scope rows (other labels) routed to unknown."""
+
+    def __init__(self):
+        self.in_scope = self.in_scope_right = self.in_scope_kept_right = self.in_scope_routed = 0
+        self.out_of_scope = self.out_of_scope_routed = 0
+
+    def add(self, labels: Sequence[str], predicted: Sequence[str], routed: np.ndarray, known: set[str]) -> None:
+        """One chunk: true ``labels``, ``predicted`` labels and ``routed`` ``(n,)`` bool (below the threshold)."""
+        for label, guess, unknown in zip(labels, predicted, routed.tolist(), strict=True):
+            if label in known:
+                right = guess == label
+                self.in_scope += 1
+                self.in_scope_right += right
+                self.in_scope_kept_right += right and not unknown
+                self.in_scope_routed += unknown
+            else:
+                self.out_of_scope += 1
+                self.out_of_scope_routed += unknown
+
+    def summary(self) -> dict[str, Any]:
+        """Row counts, in-scope accuracy with the route (a routed row counts as wrong) and without,
+        out-of-scope recall (share routed) and precision (share of routed rows that are out of
+        scope); None where there is nothing to divide by."""
+        routed = self.in_scope_routed + self.out_of_scope_routed
+        return {
+            "in_scope": self.in_scope, "out_of_scope": self.out_of_scope,
+            "in_scope_accuracy": _share(self.in_scope_kept_right, self.in_scope),
+            "in_scope_accuracy_without": _share(self.in_scope_right, self.in_scope),
+            "out_of_scope_recall": _share(self.out_of_scope_routed, self.out_of_scope),
+            "out_of_scope_precision": _share(self.out_of_scope_routed, routed),
+        }
+
+
+def _share(part: int, whole: int) -> float | None:
+    return round(part / whole, 6) if whole else None

@@ -43,6 +43,7 @@ from kformer.data.readers import LabelledTexts
 from kformer.errors import BadInput, CorruptModel, Unsupported
 from kformer.folders import MODEL_FILE, TRAINING_DIR
 from kformer.tasks.base import AttentionMaps, TaskModel, check_texts, write_curves
+from kformer.tasks.classify.calibration import RouteCounts
 from kformer.tasks.classify.data import Data, as_labelled, first_rows
 from kformer.tasks.classify.ood import PROBABILITY
 from kformer.tasks.classify.runtimes import check_runtime, make_predictor
@@ -251,7 +252,7 @@ class Classifier(TaskModel):
         """:func:`kformer.metrics.classification_scores` of the model on ``data`` (LabelledTexts, or
         chunks of them: only one chunk's texts are held at a time, the rest is counts); labels the
         model never saw are listed after its own (always wrong). With a calibrated :attr:`threshold`,
-        also ``unknown_route``: what the route does there (:class:`RouteCounts`; rows of labels the
+        also ``unknown_route``: what the route does there (:class:`~kformer.tasks.classify.calibration.RouteCounts`; rows of labels the
         model never saw are the out-of-scope ones)."""
         from collections import Counter
 
@@ -350,45 +351,6 @@ class Classifier(TaskModel):
                 started = time.perf_counter()
                 self._probabilities_of_ids(ids)
                 self.predictor.costs.record(rows, width, time.perf_counter() - started)
-
-
-class RouteCounts:
-    """What the unknown route did over rows seen in chunks: in-scope rows (labels the model knows)
-    kept and right, and out-of-scope rows (other labels) routed to unknown."""
-
-    def __init__(self):
-        self.in_scope = self.in_scope_right = self.in_scope_kept_right = self.in_scope_routed = 0
-        self.out_of_scope = self.out_of_scope_routed = 0
-
-    def add(self, labels: Sequence[str], predicted: Sequence[str], routed: np.ndarray, known: set[str]) -> None:
-        """One chunk: true ``labels``, ``predicted`` labels and ``routed`` ``(n,)`` bool (below the threshold)."""
-        for label, guess, unknown in zip(labels, predicted, routed.tolist(), strict=True):
-            if label in known:
-                right = guess == label
-                self.in_scope += 1
-                self.in_scope_right += right
-                self.in_scope_kept_right += right and not unknown
-                self.in_scope_routed += unknown
-            else:
-                self.out_of_scope += 1
-                self.out_of_scope_routed += unknown
-
-    def summary(self) -> dict[str, Any]:
-        """Row counts, in-scope accuracy with the route (a routed row counts as wrong) and without,
-        out-of-scope recall (share routed) and precision (share of routed rows that are out of
-        scope); None where there is nothing to divide by."""
-        routed = self.in_scope_routed + self.out_of_scope_routed
-        return {
-            "in_scope": self.in_scope, "out_of_scope": self.out_of_scope,
-            "in_scope_accuracy": _share(self.in_scope_kept_right, self.in_scope),
-            "in_scope_accuracy_without": _share(self.in_scope_right, self.in_scope),
-            "out_of_scope_recall": _share(self.out_of_scope_routed, self.out_of_scope),
-            "out_of_scope_precision": _share(self.out_of_scope_routed, routed),
-        }
-
-
-def _share(part: int, whole: int) -> float | None:
-    return round(part / whole, 6) if whole else None
 
 
 def _positive_int(value, field: str) -> int:
