@@ -292,3 +292,58 @@ def test_the_defaults_and_the_long_recipe_train_short_and_accept_longer():
         fmt = config.answer_format()
         assert fmt.mixed_lengths and fmt.source_style == "op_columns"
         assert (config.positions, config.attention_window, config.encoder_layers) == ("abacus", 2, 0)
+
+
+def test_long_multiplication_writes_the_rows_a_person_writes_and_reads_the_product_off_them():
+    fmt = ArithmeticFormat(digits=3, ops="*", source_style="long_multiplication")
+    assert (fmt.source_length, fmt.target_length) == (3 * 4 + 1, 3 * 4 + 1)
+    source, target_in, target_out = fmt.encode([123], ["*"], [45])
+    tokens = fmt.vocabulary.tokens
+    assert [tokens[i] for i in source[0]] == fmt.source_tokens(123, "*", 45) == [
+        "3*5", "2*5", "1*5", "0*5", "3*4", "2*4", "1*4", "0*4", "3*0", "2*0", "1*0", "0*0", "[END]"]
+    # 123*5 = 615 at places 0..3; + 123*4 at places 1..4 = 5535; row 2 (b's 0) copies places 2..5
+    rows = [tokens[i] for i in target_out[0][:-1]]
+    assert rows == ["5|1", "1|1", "6|0", "0|0", "3|1", "5|1", "5|0", "0|0", "5|0", "5|0", "0|0", "0|0"]
+    assert fmt.decode_answer(target_out[0]) == 5535 and target_in[0][0] == START_ID
+    np.testing.assert_array_equal(target_in[0, 1:], target_out[0, :-1])
+
+
+def test_long_multiplication_steps_need_only_three_tokens_at_fixed_distances():
+    """Token i of the rows is (digit, carry) of: source token i's digit product + the digit of
+    target token i - width (the running sum, a row earlier and one place lower) + target token
+    i - 1's carry; checked on a whole training batch."""
+    width = 5
+    fmt = ArithmeticFormat(digits=width, ops="*", source_style="long_multiplication")
+    source, _, target_out = fmt.training_batch(np.random.default_rng(3), 500)
+    tokens = np.array(fmt.vocabulary.tokens)
+    pairs, steps = tokens[source[:, :-1]], tokens[target_out[:, :-1]]
+    product = np.vectorize(lambda t: int(t[0]) * int(t[2]))(pairs)
+    digit, carry = (np.vectorize(lambda t, k=k: int(t[k]))(steps) for k in (0, 2))
+    length = width + 1
+    for i in range(width * length):
+        row, place = divmod(i, length)
+        below = digit[:, i - width] if row and place < width else 0
+        total = product[:, i] + below + (carry[:, i - 1] if place else 0)
+        np.testing.assert_array_equal(digit[:, i], total % 10)
+        np.testing.assert_array_equal(carry[:, i], total // 10)
+    a, ops, b = fmt.sample_training(np.random.default_rng(4), 300)
+    assert [fmt.decode_answer(r) for r in fmt.encode(a, ops, b)[2]] == [int(x) * int(y) for x, y in zip(a, b, strict=True)]
+    with pytest.raises(KformerError, match="products only"):
+        ArithmeticFormat(digits=3, ops="+*", source_style="long_multiplication")
+
+
+def test_a_product_model_holds_out_enough_products_for_ten_thousand_3x3_problems():
+    fmt = ArithmeticFormat(digits=5, ops="*", source_style="long_multiplication")
+    assert fmt.holdout_modulus == 64 and ArithmeticFormat(digits=5).holdout_modulus == 256
+    assert len(fmt.length_problems(3, 10**4)) == 10**4
+
+
+def test_the_multiplication_recipe_writes_long_multiplication_on_five_digits_and_accepts_seven():
+    from kformer.config import make_config
+    from kformer.tasks.arithmetic import ArithmeticConfig
+
+    config = make_config(ArithmeticConfig, "arithmetic", "multiplication")
+    fmt = config.answer_format()
+    assert (fmt.ops, fmt.long_rows, fmt.most_trained, fmt.digits) == ("*", True, 5, 7)
+    assert (config.positions, config.attention_window, config.max_minutes) == ("abacus", 0, 10)
+    assert config.max_minutes <= 20  # issue 35: at most 20 minutes of training

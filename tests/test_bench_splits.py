@@ -262,3 +262,27 @@ def test_arithmetic_long_train_and_score_uses_the_fresh_seed(monkeypatch):
     assert config.held_out_per_length == 0 and config.digits == 40 and config.positions == "abacus"
     assert calls == [([length], 30 if length in (20, 30) else 5, bench_long.SCORE_SEED) for length in range(1, 41)]
     assert list(result["by_length"]) == [str(length) for length in range(1, 41)]
+
+
+def test_the_products_table_trains_the_recipe_and_the_direct_format_and_scores_3x3_to_7x7(monkeypatch):
+    import bench.arithmetic_long as bench_long
+
+    trained, scored = [], []
+
+    class Trained:
+        metrics = {"steps": 1, "train_seconds": 60.0, "exact_match": 1.0}
+
+    class Loaded:
+        def score_lengths(self, lengths, per_length, *, seed):
+            scored.append((lengths[0], per_length))
+            return {str(length): {"exact_match": 0.5, "n": per_length} for length in lengths}
+
+    monkeypatch.setattr(bench_long.arithmetic, "train", lambda config, data, out: trained.append(config) or Trained())
+    monkeypatch.setattr(bench_long.arithmetic, "load", lambda out: Loaded())
+    rows = bench_long.product_rows(None, 40, 4, seeds=1)
+    assert [c.source_style for c in trained] == ["long_multiplication", "op_columns"]
+    assert all(c.ops == "*" and c.train_digits == 5 and c.digits == 7 and c.max_minutes == 10 for c in trained)
+    assert scored[:7] == [(length, 40 if length in (3, 5) else 4) for length in range(1, 8)]
+    assert [r["system"] for r in rows] == ["kformer multiplication, long multiplication (the recipe)",
+                                           "kformer multiplication, the product written directly"]
+    assert rows[0]["5"] == 0.5 and rows[0]["train_minutes"] == 1.0

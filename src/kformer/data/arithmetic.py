@@ -43,14 +43,16 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from kformer.data import digit_columns as columns
+from kformer.data import long_multiplication as long_rows
 from kformer.errors import KformerError
 from kformer.text.chars import CharVocabulary
-from kformer.text.specials import END, END_ID, START_ID
+from kformer.text.specials import END, END_ID, START, START_ID
 
 OPERATORS = "+-*"  # in token-id order: a model's tokens for '+' and '-' keep their ids when '*' comes
 MULTIPLY = "*"
 CHARACTERS = "0123456789+-"  # and MULTIPLY after them, in the vocabulary of a model that multiplies
-SOURCE_STYLES = ("chars", "interleaved", "columns", "op_columns")
+LONG_MULTIPLICATION = "long_multiplication"  # products only: the rows of long multiplication
+SOURCE_STYLES = ("chars", "interleaved", "columns", "op_columns", LONG_MULTIPLICATION)
 COLUMN_STYLES = ("columns", "op_columns")
 MAX_DIGITS = 100
 # One token per place ("column" of written addition): the two digits, e.g. "4|7".
@@ -97,6 +99,14 @@ class ArithmeticFormat:
             raise KformerError("mixed_lengths needs source_style 'columns' or 'op_columns' and reverse_answer = true")
         if not self.ops or any(op not in OPERATORS for op in self.ops) or len(set(self.ops)) != len(self.ops):
             raise KformerError(f"--ops must be distinct operators from '{OPERATORS}', not {self.ops!r}")
+        if self.long_rows and (self.ops != MULTIPLY or self.mixed_lengths or not self.reverse_answer):
+            raise KformerError(f"source_style '{LONG_MULTIPLICATION}' is for products only: it needs --ops '*', "
+                               "mixed_lengths = false and reverse_answer = true")
+
+    @property
+    def long_rows(self) -> bool:
+        """Are products written as the rows of long multiplication (:mod:`kformer.data.long_multiplication`)?"""
+        return self.source_style == LONG_MULTIPLICATION
 
     @property
     def multiplies(self) -> bool:
@@ -107,6 +117,8 @@ class ArithmeticFormat:
     def vocabulary(self) -> CharVocabulary:
         """Specials, digits and operators, then the column tokens of a columns style; exactly the
         tokens of before products came unless ``ops`` has '*'."""
+        if self.long_rows:
+            return CharVocabulary(CHARACTERS + MULTIPLY, long_rows.PAIR_TOKENS + long_rows.STEP_TOKENS)
         operators = OPERATORS if self.multiplies else _SUM_OPERATORS
         extra = {"columns": COLUMN_TOKENS, "op_columns": op_column_tokens(operators)}.get(self.source_style, ())
         return CharVocabulary(CHARACTERS + (MULTIPLY if self.multiplies else ""), extra)
@@ -118,6 +130,8 @@ class ArithmeticFormat:
 
     @property
     def source_length(self) -> int:
+        if self.long_rows:
+            return long_rows.source_length(self.digits)
         return self.digits + 1 if self.source_style in COLUMN_STYLES else 2 * self.digits + 1
 
     def answer_places(self, op: str, width: int | None = None) -> int:
@@ -129,6 +143,8 @@ class ArithmeticFormat:
     @property
     def answer_length(self) -> int:
         """Most tokens of an answer (without END): the longest answer's digits and its sign."""
+        if self.long_rows:
+            return long_rows.answer_length(self.digits)
         # sums: (digits + 1) digits and a sign, or "-" and digits + 1 digits; products: 2 * digits and a sign
         return max(self.answer_places(op) for op in self.ops) + 1 if self.multiplies else self.digits + 2
 
@@ -139,8 +155,11 @@ class ArithmeticFormat:
 
     @property
     def holdout_modulus(self) -> int:
-        """One problem in this many is held out (a larger share when there are few problems)."""
-        return 256 if len(self.ops) * 10 ** (2 * self.digits) >= 10**6 else 8
+        """One problem in this many is held out (a larger share when there are few problems, and
+        for a model that multiplies: 1 in 64 leaves over 10,000 held-out 3x3-digit products)."""
+        if len(self.ops) * 10 ** (2 * self.digits) < 10**6:
+            return 8
+        return 64 if self.multiplies else 256
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -161,6 +180,8 @@ class ArithmeticFormat:
         width = self.width(a, b)
         if self.source_style == "chars":
             return list(f"{a:0{width}d}{op}{b:0{width}d}" if self.pad_operands else f"{a}{op}{b}")
+        if self.long_rows:
+            return [*long_rows.source_tokens(f"{a:0{width}d}"[::-1], f"{b:0{width}d}"[::-1]), END]
         places = zip(f"{a:0{width}d}"[::-1], f"{b:0{width}d}"[::-1], strict=True)
         if self.source_style == "interleaved":
             return [op, *(digit for place in places for digit in place)]
@@ -199,6 +220,9 @@ class ArithmeticFormat:
 
         ``target_in = [START] + answer``, ``target_out = answer + [END]``.
         """
+        if self.long_rows:
+            digits = [columns.from_ints([int(v) for v in x], self.digits) for x in (a, b)]
+            return self._encode_long_rows(*digits)
         vocab = self.vocabulary
         n = len(a)
         source = np.zeros((n, self.source_length), dtype="int32")
@@ -222,6 +246,14 @@ class ArithmeticFormat:
 
     def decode_answer(self, ids) -> int | None:
         """Generated ids of one row -> the answer's value (None if malformed)."""
+        if self.long_rows:
+            tokens = self.vocabulary.tokens
+            steps = []
+            for token in ids:
+                if int(token) == END_ID:
+                    break
+                steps.append(tokens[int(token)] if 0 <= int(token) < len(tokens) else "?")
+            return long_rows.read_product([t for t in steps if t != START], self.digits)
         return self.parse_answer(self.vocabulary.decode(ids))
 
     def training_batch(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -229,6 +261,9 @@ class ArithmeticFormat:
         ``mixed_lengths`` only as wide as the longest training problem (``train_digits``
         columns), so every batch has one shape."""
         a, ops, b = self._training_digits(rng, n)
+        if self.long_rows:
+            wide = np.zeros((n, self.digits), dtype=np.uint8)
+            return self._encode_long_rows(*(np.concatenate([x, wide[:, x.shape[1]:]], axis=1) for x in (a, b)))
         if self.source_style not in COLUMN_STYLES or not self.reverse_answer:
             return self.encode(columns.to_ints(a), ops, columns.to_ints(b))
         if self.mixed_lengths:
@@ -269,6 +304,13 @@ class ArithmeticFormat:
         target_in[:, 1:] = np.where(target_out[:, :-1] == END_ID, 0, target_out[:, :-1])
         return source, target_in, target_out
 
+    def _encode_long_rows(self, a, b):
+        """Long-multiplication arrays of digit rows ``a``/``b`` ``(n, digits)``."""
+        ids = {token: self.vocabulary.encode_tokens([token])[0] for token in ("0*0", "0|0")}
+        source, target_out = long_rows.encode(a, b, ids["0*0"], ids["0|0"], END_ID)
+        target_in = np.concatenate([np.full((len(a), 1), START_ID, dtype="int32"), target_out[:, :-1]], axis=1)
+        return source, target_in, target_out
+
     def _answer_columns(self, a, ops, b, widths):
         """Reversed answers of digit rows ``a``/``b`` ``(n, pad)``: ``(digits (n, C), negative (n,),
         places (n,))``, row ``i``'s answer being its first ``places[i]`` digits (:meth:`answer_places`
@@ -301,7 +343,7 @@ class ArithmeticFormat:
         most = self.most_trained
 
         def draw(count):
-            if self.mixed_lengths:  # every length 1..most, then uniform digits of that length
+            if self.mixed_lengths or self.long_rows:  # every length 1..most, then uniform digits of that length
                 return tuple(columns.draw_operands(rng, count, most, rng.integers(1, most + 1, size=count), True)
                              for _ in range(2))
             return tuple(columns.draw_operands(rng, count, most, most, False) for _ in range(2))

@@ -30,9 +30,11 @@ class ArithmeticConfig(TaskSettings):
                        metavar="OPS")
     pad_operands: bool = setting(True, "data", "zero-pad operands to `digits` (0012+0345)")
     reverse_answer: bool = setting(True, "data", "write the answer ones-digit first, sign last")
-    source_style: Literal["chars", "interleaved", "columns", "op_columns"] = setting(
+    source_style: Literal["chars", "interleaved", "columns", "op_columns", "long_multiplication"] = setting(
         "op_columns", "data", "how the problem is read: a character at a time, the operands' digits interleaved, "
-        "one token per column after the operator, or one token per column holding the operator too, then an end mark")
+        "one token per column after the operator, or one token per column holding the operator too, then an end "
+        "mark; long_multiplication (products only): a's digits paired with each digit of b, and the model writes "
+        "the rows of long multiplication before the product")
     held_out_size: int = setting(10000, "data", "held-out problems (operands up to `train_digits`) scored after "
                                  "training: the headline exact match")
     held_out_per_length: int = setting(1000, "data", "held-out problems scored for each operand length from 1 to "
