@@ -106,12 +106,15 @@ class _Bar:
         """A phase after training: a bar of its own, named after it, closed with its line."""
         from tqdm.auto import tqdm
 
-        if self.bar is not None and self.bar.desc != event.message:
+        if self.bar is not None and (self.bar.desc != event.message or not event.total_steps):
             self.bar.close()
             self.bar = None
+        if not event.total_steps:  # a note: a phase skipped, and why
+            print(event.line(), file=self.stream, flush=True)
+            return
         if self.bar is None:
             self.bar = tqdm(total=self.TOTAL, desc=event.message, file=self.stream, dynamic_ncols=True,
-                            bar_format="{desc} {percentage:3.0f}%|{bar}| {postfix}")
+                            bar_format="{desc}{postfix} {percentage:3.0f}%|{bar}|")
         left = "" if event.seconds_left is None else f"~{event.seconds_left:.0f} s left"
         self.bar.set_postfix_str(f"{event.step:,}/{event.total_steps or 0:,} {left}", refresh=False)
         self.bar.n = round(event.fraction * self.TOTAL)

@@ -85,6 +85,8 @@ def phase_line_due(event: ProgressEvent, last: dict[str, float]) -> bool:
         last.pop(event.message, None)
         return True
     before = last.get(event.message)
+    if event.fraction >= 1.0 and before is not None:  # its end says it
+        return False
     if before is None or event.fraction - before >= PHASE_LINE_SHARE - 1e-9:
         last[event.message] = event.fraction
         return True

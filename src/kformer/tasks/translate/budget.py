@@ -7,7 +7,8 @@ training target tokens, the validation pairs tuning decodes, the size of the tun
 pairs, the beam) at the per-item costs of :data:`COSTS`; training gets what is left after those
 estimates and a margin (:func:`training_seconds`, at least :data:`MIN_TRAINING_SHARE` of the
 budget). Each later phase is then sized to what is actually left when it starts, leaving the
-later phases their estimates (:meth:`CommandBudget.left_for`): the datastore covers the training
+later phases their estimates, or, when the time left is short of all of them, taking its
+estimate's share of it (:meth:`CommandBudget.left_for`): the datastore covers the training
 pairs that fit, tuning decodes fewer validation pairs (down to :data:`TUNE_FLOOR_PAIRS`), then a
 coarser grid, then nothing (the default weights) (:func:`tune_size`), and the test decoding
 scores the pairs that fit (:func:`pairs_that_fit`). ``metrics.json["phases"]`` records each
@@ -69,9 +70,10 @@ class PhaseSizes:
     retrieval: bool = True
 
 
-def estimate_phases(sizes: PhaseSizes, costs: PhaseCosts = COSTS) -> dict[str, float]:
-    """Estimated seconds of each phase after training (a phase the run skips: 0)."""
-    on = sizes.retrieval
+def estimate_phases(sizes: PhaseSizes, costs: PhaseCosts | None = None) -> dict[str, float]:
+    """Estimated seconds of each phase after training (a phase the run skips: 0) at ``costs``
+    (default :data:`COSTS`)."""
+    costs, on = costs or COSTS, sizes.retrieval
     return {
         "datastore": sizes.target_tokens * costs.datastore_token if on else 0.0,
         "tuning": sizes.tune_pairs * sizes.grid_settings * costs.decode_pair if on else 0.0,
@@ -130,7 +132,7 @@ class CommandBudget:
 
     deadline: float | None
     estimates: dict[str, float] = field(default_factory=dict)
-    costs: PhaseCosts = COSTS
+    costs: PhaseCosts = field(default_factory=lambda: COSTS)
     phases: list[dict] = field(default_factory=list)
 
     @classmethod
@@ -143,11 +145,13 @@ class CommandBudget:
         return None if self.deadline is None else self.deadline - now()
 
     def left_for(self, phase: str) -> float | None:
-        """Seconds ``phase`` may take: to the deadline, less the estimates of the phases after it."""
+        """Seconds ``phase`` may take: to the deadline less the estimates of the phases after it, or,
+        when what is left is short of them all, its estimate's share of what is left."""
         if self.deadline is None:
             return None
-        later = PHASES[PHASES.index(phase) + 1:]
-        return self.deadline - now() - sum(self.estimates.get(name, 0.0) for name in later)
+        left, own = self.deadline - now(), self.estimates.get(phase, 0.0)
+        later = sum(self.estimates.get(name, 0.0) for name in PHASES[PHASES.index(phase) + 1:])
+        return left if own + later <= 0 else max(left - later, left * own / (own + later))
 
     def measured(self, seconds_per_pair: float) -> None:
         """Decoding measured at ``seconds_per_pair`` (greedy): what later sizing assumes."""
