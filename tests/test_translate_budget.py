@@ -43,6 +43,19 @@ def test_training_gets_the_budget_less_the_later_phases_and_a_margin():
     assert budgets.training_seconds(600, 0, {"tuning": 5000.0}) == pytest.approx(budgets.MIN_TRAINING_SHARE * 600)
 
 
+def test_an_earlier_phase_comes_first_leaving_the_later_ones_their_floors(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(budgets, "now", clock)
+    estimates = {"datastore": 30.0, "tuning": 200.0, "evaluation": 50.0, "writing": 5.0}
+    floors = {**estimates, "tuning": 20.0, "evaluation": 10.0}
+    short = budgets.CommandBudget(clock.t + 100, estimates, floors)
+    assert short.left_for("datastore") == 30  # its estimate: the later floors (35 s) still fit in 100
+    assert short.left_for("tuning") == 85  # all but the test decoding's and the writing's floors
+    assert short.left_for("evaluation") == 95  # all but the writing's estimate
+    assert budgets.CommandBudget(clock.t + 1000, estimates, floors).left_for("tuning") == 1000 - 55
+    assert budgets.CommandBudget(None, estimates, floors).left_for("tuning") is None
+
+
 def test_estimates_follow_the_sizes_and_the_costs():
     costs = budgets.PhaseCosts(datastore_token=0.001, decode_pair=0.5, write_entry=0.0001, write_fixed=2.0)
     sizes = budgets.PhaseSizes(target_tokens=10_000, tune_pairs=150, grid_settings=19, coarse_settings=4,
@@ -125,6 +138,9 @@ def test_the_test_decoding_scores_what_fits_and_says_it_was_cut(monkeypatch):
     assert scores["scored"] == len(scored) == 128 and scores["held_out"] == 400 and scores["cut_by_budget"]
     assert clock.t - 1000.0 <= 300 and translations == [p.source.upper() for p in scored]
     assert budget.phases[0]["cut"] == "128 of 400 test pairs"
+    late = budgets.CommandBudget(deadline=clock.t - 1)  # past the deadline: nothing decoded, said so
+    scores, scored, _ = phases.evaluation(fake, pairs, 1, late, None)
+    assert scored == [] and scores["scored"] == 0 and scores["cut_by_budget"]
 
 
 @pytest.mark.usefixtures("eager_decoding")
@@ -147,7 +163,7 @@ def test_a_budgeted_run_shrinks_training_cuts_tuning_and_fits_the_budget(tmp_pat
                              valid=files[1], test=files[2], progress=events.append)
     elapsed = budgets.now() - started
     recorded = {phase["name"]: phase for phase in result.metrics["phases"]}
-    assert list(recorded) == list(budgets.PHASES)
+    assert list(recorded) == list(budgets.PHASES) and recorded["datastore"]["cut"] is None
     # tuning's full grid (5 pairs x 19 settings at 1 s) is beyond the budget: training keeps its floor
     assert recorded["training"]["estimated_seconds"] == pytest.approx(budgets.MIN_TRAINING_SHARE * 60, abs=0.1)
     assert "coarse grid" in recorded["tuning"]["cut"]

@@ -7,8 +7,9 @@ training target tokens, the validation pairs tuning decodes, the size of the tun
 pairs, the beam) at the per-item costs of :data:`COSTS`; training gets what is left after those
 estimates and a margin (:func:`training_seconds`, at least :data:`MIN_TRAINING_SHARE` of the
 budget). Each later phase is then sized to what is actually left when it starts, leaving the
-later phases their estimates, or, when the time left is short of all of them, taking its
-estimate's share of it (:meth:`CommandBudget.left_for`): the datastore covers the training
+later phases their estimates, or, when the time left is short of them all, their floors
+(:func:`phase_floors`: the smallest useful size of each) (:meth:`CommandBudget.left_for`), so the
+earlier phase comes first: the datastore covers the training
 pairs that fit, tuning decodes fewer validation pairs (down to :data:`TUNE_FLOOR_PAIRS`), then a
 coarser grid, then nothing (the default weights) (:func:`tune_size`), and the test decoding
 scores the pairs that fit (:func:`pairs_that_fit`). ``metrics.json["phases"]`` records each
@@ -46,8 +47,9 @@ class PhaseCosts:
 
 COSTS = PhaseCosts()
 MARGIN_SHARE = 0.05  # of the budget, kept back: the validation pass after training's budget ends, the last batch
-MIN_TRAINING_SHARE = 0.25  # training always gets this much of the budget; the later phases shrink to fit the rest
+MIN_TRAINING_SHARE = 0.5  # training always gets this much of the budget; the later phases shrink to fit the rest
 TUNE_FLOOR_PAIRS = 30  # tuning on fewer validation pairs than this measures noise: a coarser grid instead
+EVALUATION_FLOOR_PAIRS = 100  # the test pairs the datastore and tuning leave time for (a chrF within a few points)
 
 
 def now() -> float:
@@ -82,6 +84,15 @@ def estimate_phases(sizes: PhaseSizes, costs: PhaseCosts | None = None) -> dict[
     }
 
 
+def phase_floors(sizes: PhaseSizes, costs: PhaseCosts | None = None) -> dict[str, float]:
+    """The least seconds of each phase after training worth leaving it: tuning's floor of pairs on
+    the coarse grid, :data:`EVALUATION_FLOOR_PAIRS` test pairs, the datastore and writing whole."""
+    costs, estimates = costs or COSTS, estimate_phases(sizes, costs)
+    tune_floor = min(sizes.tune_pairs, TUNE_FLOOR_PAIRS) * sizes.coarse_settings * costs.decode_pair
+    evaluation_floor = min(sizes.test_pairs, EVALUATION_FLOOR_PAIRS) * costs.decode_pair * sizes.beam
+    return {**estimates, "tuning": tune_floor if sizes.retrieval else 0.0, "evaluation": evaluation_floor}
+
+
 def training_seconds(budget_seconds: float, spent_seconds: float, estimates: dict[str, float]) -> float:
     """Training's share of a whole-command budget: the budget less what is spent already (reading,
     vocabularies), the later phases' ``estimates`` and :data:`MARGIN_SHARE`; at least
@@ -109,7 +120,7 @@ def tune_size(seconds: float | None, per_pair: float, available: int, full_setti
         return TuneSize(available)
     floor = min(floor, available)
     for settings, coarse in ((full_settings, False), (coarse_settings, True)):
-        fits = min(available, int(seconds / max(per_pair * settings, 1e-9)))
+        fits = min(available, int(seconds / max(per_pair * settings, 1e-9) + 1e-6))
         if fits >= max(floor, 1):
             cut = [] if fits == available else [f"{fits} of {available} validation pairs"]
             cut += [f"the coarse grid ({coarse_settings} settings, not {full_settings})"] if coarse else []
@@ -122,7 +133,7 @@ def pairs_that_fit(seconds: float | None, per_pair: float, available: int) -> in
     """How many of ``available`` items of ``per_pair`` seconds fit in ``seconds`` (None: all)."""
     if seconds is None:
         return available
-    return max(0, min(available, math.floor(seconds / max(per_pair, 1e-9))))
+    return max(0, min(available, math.floor(seconds / max(per_pair, 1e-9) + 1e-6)))
 
 
 @dataclass
@@ -132,6 +143,7 @@ class CommandBudget:
 
     deadline: float | None
     estimates: dict[str, float] = field(default_factory=dict)
+    floors: dict[str, float] = field(default_factory=dict)  # a phase without one: its estimate
     costs: PhaseCosts = field(default_factory=lambda: COSTS)
     phases: list[dict] = field(default_factory=list)
 
@@ -146,12 +158,15 @@ class CommandBudget:
 
     def left_for(self, phase: str) -> float | None:
         """Seconds ``phase`` may take: to the deadline less the estimates of the phases after it, or,
-        when what is left is short of them all, its estimate's share of what is left."""
+        when what is left is short of them all, up to its own estimate less what the later phases'
+        floors need."""
         if self.deadline is None:
             return None
+        later = PHASES[PHASES.index(phase) + 1:]
         left, own = self.deadline - now(), self.estimates.get(phase, 0.0)
-        later = sum(self.estimates.get(name, 0.0) for name in PHASES[PHASES.index(phase) + 1:])
-        return left if own + later <= 0 else max(left - later, left * own / (own + later))
+        estimated = sum(self.estimates.get(name, 0.0) for name in later)
+        floors = sum(self.floors.get(name, self.estimates.get(name, 0.0)) for name in later)
+        return max(left - estimated, min(own, left - floors))
 
     def measured(self, seconds_per_pair: float) -> None:
         """Decoding measured at ``seconds_per_pair`` (greedy): what later sizing assumes."""

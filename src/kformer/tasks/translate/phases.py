@@ -52,7 +52,7 @@ def datastore(translator, train, budget: CommandBudget, progress: Progress | Non
     tokens = [len(target) + 1 for target in targets]
     count, left = len(tokens), budget.left_for("datastore")
     if left is not None:
-        affordable, count = left / budget.costs.datastore_token, 0
+        affordable, count = left / budget.costs.datastore_token + 1e-6, 0  # its own estimate fits whole
         while count < len(tokens) and affordable >= tokens[count]:
             affordable -= tokens[count]
             count += 1

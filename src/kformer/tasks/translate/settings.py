@@ -81,7 +81,7 @@ class TranslateConfig(TaskSettings):
         "to 150 validation pairs")
     max_minutes: float | None = setting(
         None, "training", "minutes for the whole command: training gets what the estimates of the datastore, retrieval "
-        "tuning, test decoding and writing leave (at least a quarter), keeping its best weights, and each of those "
+        "tuning, test decoding and writing leave (at least half), keeping its best weights, and each of those "
         "phases is cut to the time left (with resume: training's share counts the earlier runs' training)")
     jit_compile: bool | Auto = setting(AUTO, "training", "XLA-compile the training step (validation runs as a plain "
                                        "graph either way)")

@@ -119,8 +119,8 @@ class TranslateRun(skeleton.TrainingRun):
         config, log = prepared.config, state_dir / TRAIN_LOG
         self.reports = fan_out(progress, log_to_file(log))
         self.budget = budgets.CommandBudget.start(config.max_minutes, self.started)
-        self.budget.estimates = budgets.estimate_phases(phases.sizes(config, prepared.train, prepared.valid_pairs,
-                                                                     prepared.test))
+        sizes = phases.sizes(config, prepared.train, prepared.valid_pairs, prepared.test)
+        self.budget.estimates, self.budget.floors = budgets.estimate_phases(sizes), budgets.phase_floors(sizes)
         train_minutes, started = None, budgets.now()
         if config.max_minutes is not None:
             seconds = budgets.training_seconds(config.max_minutes * 60, started - self.started, self.budget.estimates)
