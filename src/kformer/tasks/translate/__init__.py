@@ -20,7 +20,9 @@ One module a job: :mod:`.settings` (:class:`TranslateConfig`), :mod:`.auto` (wha
 settings become) and :mod:`.stats` (what its rules read), :mod:`.pairs` (reading and holding out
 pairs), :mod:`.batches` (training batches), :mod:`.model` (the loaded :class:`Translator` and the
 folder format), :mod:`.train` (the training run), :mod:`.retrieval` (kNN-MT: the datastore in the
-folder and the choice of its weights).
+folder and the choice of its weights), :mod:`.budget` (``max_minutes`` over the whole command:
+training's share, each later phase's estimate and cut) and :mod:`.phases` (the phases after
+training, sized to the time left, with their progress).
 """
 
 from kformer.tasks.translate.exported import ExportedTranslator, load_export
