@@ -136,14 +136,17 @@ def test_auto_takes_the_score_validation_separates_best(tmp_path):
     metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
     chosen = metrics["auto"]["ood_score"]
     recorded = metrics["calibration"]["auroc_of_each_score"]
-    assert set(recorded) == {"probability", "mahalanobis", "knn"}
+    assert set(recorded) == {"probability", "mahalanobis", "knn", "mahalanobis_layers"}  # no wide part: no tfidf
     classifier = load(out)
     assert (classifier.ood is None) == (chosen["value"] == "probability")
     assert metrics["calibration"]["ood_score"] == chosen["value"]
 
     # every score fitted again from the training texts' vectors, scored on the validation texts
     training = read_labelled(train)
+    layers = classifier.with_vectors(layers=True).text_vectors(training.texts)  # (n, blocks * dim)
     vectors = classifier.with_vectors().text_vectors(training.texts)
+    blocks = layers.shape[1] // vectors.shape[1]
+    np.testing.assert_allclose(layers[:, -vectors.shape[1]:], vectors, atol=1e-6)  # the last block's: the text vector
     label_ids = np.array([classifier.labels.index(label) for label in training.labels])
     rows = read_labelled(valid)
     inside = [t for t, lb in zip(rows.texts, rows.labels, strict=True) if lb != HELD_OUT[0]]
@@ -152,7 +155,8 @@ def test_auto_takes_the_score_validation_separates_best(tmp_path):
     truth = np.r_[np.ones(len(inside)), np.zeros(len(outside))]
     own = {}
     for kind in recorded:
-        ood = None if kind == "probability" else fit_score(kind, vectors, label_ids, len(classifier.labels))
+        ood = None if kind == "probability" else fit_score(kind, layers if kind == "mahalanobis_layers" else vectors,
+                                                           label_ids, len(classifier.labels), layers=blocks)
         scorer = classifier.with_parts(wide=classifier.wide, threshold=None, ood=ood)
         own[kind] = roc_auc_score(truth, scorer.scored(inside + outside)[1])
     assert recorded == pytest.approx(own, abs=1e-3)
