@@ -20,25 +20,34 @@ def _hand_mahalanobis(vectors, labels, classes):
     return np.array([[(v - m) @ stats["precision"] @ (v - m) for m in stats["means"]] for v in vectors]).min(axis=1)
 
 
-def test_layer_wise_mahalanobis_equals_a_hand_computation():
+@pytest.fixture(scope="module")
+def two_blocks():
+    """``(model, ids (36, 8), labels (36,), pooled [(36, 8)] per block by hand)``: an untrained
+    two-block encoder classifier of 3 classes, texts of 1..8 tokens, each block's output averaged
+    over the real tokens by hand."""
     import keras
 
     from kformer.layers import padding_mask
-    from kformer.models.classifier import build_encoder_classifier, with_text_vectors
-    from kformer.tasks.classify.ood_graph import tf_ood_score
+    from kformer.models.classifier import build_encoder_classifier
 
     keras.utils.set_random_seed(0)
     model = build_encoder_classifier(40, 3, 8, dim=8, heads=2, ff_dim=16, blocks=2, dropout=0.0)
     rng = np.random.default_rng(0)
     ids = rng.integers(1, 40, size=(36, 8)).astype("int32")
-    ids[np.arange(8)[None, :] >= rng.integers(1, 9, size=36)[:, None]] = 0  # texts of 1..8 tokens
-    labels = np.arange(36) % 3
-    # by hand: each block's output, averaged over the real tokens
+    ids[np.arange(8)[None, :] >= rng.integers(1, 9, size=36)[:, None]] = 0
     x, mask, real = model.get_layer("embedding")(ids), padding_mask(ids), (ids != 0)[..., None]
     pooled = []
     for i in range(2):
         x = model.get_layer(f"encoder_{i}")(x, mask=mask, training=False)
         pooled.append((np.asarray(x) * real).sum(axis=1) / real.sum(axis=1))
+    return model, ids, np.arange(36) % 3, pooled
+
+
+def test_layer_wise_mahalanobis_equals_a_hand_computation(two_blocks):
+    from kformer.models.classifier import with_text_vectors
+    from kformer.tasks.classify.ood_graph import tf_ood_score
+
+    model, ids, labels, pooled = two_blocks
     outputs = with_text_vectors(model, layers=True).predict_on_batch(ids)  # (36, 3 + 2 * 8)
     np.testing.assert_allclose(outputs[:, 3:], np.concatenate(pooled, axis=1), atol=1e-5)
     np.testing.assert_allclose(outputs[:, -8:], with_text_vectors(model).predict_on_batch(ids)[:, 3:], atol=1e-6)
@@ -54,6 +63,21 @@ def test_layer_wise_mahalanobis_equals_a_hand_computation():
     # the graph form (float32): what the exports compute
     queries = np.concatenate([vectors, far]).astype("float32")
     np.testing.assert_allclose(tf_ood_score(score)(queries).numpy(), score(queries), rtol=1e-4, atol=1e-4)
+
+
+def test_every_blocks_vectors_convert_to_onnx_for_the_onnx_runtimes(two_blocks, tmp_path):
+    """The onnx runtimes convert the network with every block's pooled vectors (two blocks here;
+    the trained folder of tests/test_ood_score.py has one): the same numbers as Keras."""
+    from types import SimpleNamespace
+
+    from kformer.tasks.classify.runtimes import OnnxPredictor
+
+    model, ids, _, pooled = two_blocks
+    classifier = SimpleNamespace(model=model, kind="encoder", labels=["a", "b", "c"], max_length=8, folder=tmp_path)
+    predictor = OnnxPredictor.for_classifier(classifier, vectors="layers")
+    assert predictor.vectors == "layers" and predictor.width == 3 + 2 * 8
+    np.testing.assert_allclose(predictor(ids)[:, 3:], np.concatenate(pooled, axis=1), atol=1e-5)
+    np.testing.assert_allclose(predictor(ids)[:, :3], model.predict_on_batch(ids), atol=1e-5)
 
 
 @pytest.fixture(scope="module")
