@@ -12,6 +12,8 @@ intents' texts should be routed to ``unknown``, every other text to its intent.
 Each system is trained once with ``--calibrate`` (``ood_score`` auto: the score with the best
 validation AUROC); then the same network is scored with every out-of-scope score -- the best
 probability, the Mahalanobis distance and the k-th-neighbour distance of its pooled text vector,
+for kformer's own encoder the layer-wise Mahalanobis distance, with a wide part its TF-IDF novelty
+(the combined rule, whose weight a training run chooses on validation, is not rebuilt here),
 statistics fitted on the training texts -- each with its threshold chosen on validation exactly
 as ``--calibrate`` chooses it (:func:`kformer.tasks.classify.calibration.choose_threshold`). The
 rows give validation and test AUROC, test in-scope accuracy (a text routed to unknown counts
@@ -89,14 +91,16 @@ def splits(name: str, folder: Path) -> tuple[Path, Path, Path, set[str]]:
 def score_rows(model, train_path: Path, valid_path: Path, test_path: Path, held: set[str]) -> list[dict]:
     """One row per out-of-scope score of the trained ``model`` (module docstring)."""
     from kformer.tasks.classify.calibration import auroc, choose_threshold
-    from kformer.tasks.classify.ood import DISTANCE_SCORES, fit_score
+    from kformer.tasks.classify.ood_fit import available, blocks, fit_network_scores, seen
+    from kformer.tasks.classify.ood_text import TFIDF, fit_tfidf
 
     train_texts, train_labels = load(train_path)
     index = {label: i for i, label in enumerate(model.labels)}
-    vectors = model.with_vectors().text_vectors(train_texts, 64)
     label_ids = np.array([index[label] for label in train_labels])
-    scores = {"probability": None, **{kind: fit_score(kind, vectors, label_ids, len(model.labels))
-                                      for kind in DISTANCE_SCORES}}
+    kinds = available(model)  # combined (chosen on validation by the training run) is not rebuilt here
+    scores = {"probability": None,
+              **fit_network_scores(kinds, seen(model, train_texts, 64), label_ids, len(model.labels), blocks(model)),
+              **({TFIDF: fit_tfidf(model.wide.part, train_texts)} if TFIDF in kinds else {})}
 
     def scored(scorer, path):
         texts, labels = load(path)
