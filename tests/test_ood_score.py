@@ -449,3 +449,42 @@ def test_tfidf_and_combined_scores_live_in_the_folder_and_refuse_export(ood_fold
     assert main(["export", str(folder), "--format", "saved_model", "--out", str(tmp_path / "sm")]) != 0
     err = capsys.readouterr().err.strip()
     assert "combined" in err and len(err.splitlines()) == 1
+
+
+def test_auto_compares_every_score_the_classifier_can_have(ood_folder):
+    """With a wide part, auto's comparison on validation spans all six scores from one network
+    pass each over the training, validation and out-of-scope texts: it keeps the highest AUROC,
+    and the combined rule's weight is the best of its grid; a refitted wide part gets a novelty
+    of its own columns, the combined weight and network score kept."""
+    from kformer.data.readers import LabelledTexts
+    from kformer.tasks.classify import ClassifyConfig, load, wide_fit
+    from kformer.tasks.classify.calibration import auroc
+    from kformer.tasks.classify.ood_fit import fit_ood
+    from kformer.tasks.classify.ood_text import COMBINED_WEIGHTS, refit_tfidf
+    from kformer.tasks.classify.wide import Mix
+
+    classifier = load(ood_folder)
+    texts, labels = (list(column) for column in zip(*_rows(40, 1, INTENTS.items()), strict=True))
+    part = wide_fit.fit(texts, labels, classifier.labels)
+    base = classifier.with_parts(wide=Mix(part, 0.0), threshold=None)
+    valid = LabelledTexts(*(list(c) for c in zip(*_rows(25, 2, INTENTS.items()), strict=True)), "valid")
+    outside = LabelledTexts(*(list(c) for c in zip(*_rows(10, 3, [HELD_OUT]), strict=True)), "valid")
+    score, choice = fit_ood(base, ClassifyConfig(calibrate=True), LabelledTexts(texts, labels, "train"), 64, valid,
+                            outside, auto=True)
+    aurocs = choice["auroc"]
+    assert list(aurocs) == ["probability", "mahalanobis", "knn", "mahalanobis_layers", "tfidf", "combined"]
+    assert choice["score"] == max(aurocs, key=aurocs.get) and (score is None) == (choice["score"] == "probability")
+    combined = choice["combined"]
+    assert combined["weight"] in COMBINED_WEIGHTS and aurocs["combined"] == max(combined["auroc_by_weight"].values())
+    assert combined["network"] == max(list(aurocs)[:4], key=aurocs.get)
+    scored = base.with_parts(wide=base.wide, threshold=None, ood=score)  # the kept score is the one compared
+    assert auroc(scored.scored(valid.texts)[1], scored.scored(outside.texts)[1]) == pytest.approx(
+        aurocs[choice["score"]], abs=1e-6)
+
+    forced, _ = fit_ood(base, ClassifyConfig(calibrate=True, ood_score="combined"), LabelledTexts(texts, labels, "t"),
+                        64, valid, outside, auto=False)
+    assert forced.kind == "combined" and forced.weight == combined["weight"]
+    smaller = wide_fit.fit(texts, labels, classifier.labels, word_ngrams=1)
+    again = refit_tfidf(forced, smaller, texts)
+    assert again.weight == forced.weight and again.network is forced.network
+    assert again.tfidf.bank.shape[1] == sum(len(block.terms) for block in smaller.blocks) != forced.tfidf.bank.shape[1]
