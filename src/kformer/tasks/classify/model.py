@@ -203,8 +203,9 @@ class Classifier(TaskModel):
     def scored(self, texts: Sequence[str], batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
         """``(probabilities (n, classes) float32, in-scope scores (n,) float64)`` of ``texts`` in one
         pass of the network: the score the unknown route thresholds, higher = more in scope --
-        the best probability, or (with ``ood``) minus a distance of the pooled text vector
-        (:mod:`kformer.tasks.classify.ood`)."""
+        the best probability, or (with ``ood``) minus a distance of the pooled text vector(s)
+        (:mod:`kformer.tasks.classify.ood`), the TF-IDF novelty or the combined rule
+        (:mod:`kformer.tasks.classify.ood_text`)."""
         texts = check_texts(texts)
         probs, vectors = self.mixed_outputs(texts, batch_size)
         return probs, in_scope_scores(self.ood, probs, vectors, texts)

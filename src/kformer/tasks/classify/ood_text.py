@@ -208,7 +208,9 @@ def combine(network, network_training: np.ndarray, tfidf: TfidfNovelty,
 def refit_tfidf(score, part, texts):
     """``score`` with its TF-IDF novelty fitted again with the wide ``part`` (refitted: other
     columns) over training ``texts`` (a combined score keeps its network score and weight, its
-    novelty restandardised); any other score as it is."""
+    novelty restandardised); any other score as it is. A threshold calibrated before keeps its
+    value: the novelty of the refitted part's n-grams is near the one it was set on, as the
+    refitted part's probabilities are near those a probability threshold was set on."""
     if getattr(score, "kind", None) == TFIDF:
         return fit_tfidf(part, texts, score.k)
     if getattr(score, "kind", None) != COMBINED:
