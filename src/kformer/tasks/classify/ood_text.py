@@ -62,7 +62,7 @@ def unit_rows(matrix):
 
     matrix = sparse.csr_matrix(matrix, dtype="float32")
     norms = np.sqrt(np.asarray(matrix.multiply(matrix).sum(axis=1), dtype="float64")).ravel()
-    return sparse.diags((1.0 / np.maximum(norms, MIN_SCALE)).astype("float32")) @ matrix
+    return sparse.csr_matrix(sparse.diags((1.0 / np.maximum(norms, MIN_SCALE)).astype("float32")) @ matrix)
 
 
 def kth_cosine_distance(queries, bank, k: int, chunk: int = TFIDF_CHUNK) -> np.ndarray:
