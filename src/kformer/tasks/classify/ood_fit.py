@@ -106,7 +106,10 @@ def fit_ood(classifier, config, train, batch_size: int, valid, out_of_scope, *,
     rows = seen(classifier, train.texts, batch_size)
     index = {label: i for i, label in enumerate(classifier.labels)}
     label_ids = np.array([index[label] for label in train.labels])
-    fitting = kinds if compare or wanted == COMBINED else (wanted,)
+    # auto compares only what exports carry: the TF-IDF novelty (and so combined) is not in the graph
+    # yet, and a folder auto made must export; they are there when asked for by name
+    fitting = tuple(k for k in kinds if k not in (TFIDF, COMBINED)) if compare else (
+        kinds if wanted == COMBINED else (wanted,))
     fitted: dict[str, Any] = {PROBABILITY: None,
                               **fit_network_scores(fitting, rows, label_ids, len(classifier.labels), layers)}
     tfidf = fit_tfidf(classifier.wide.part, train.texts) if TFIDF in fitting else None
