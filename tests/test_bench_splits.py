@@ -92,6 +92,37 @@ def test_ood_split_with_a_validation_file_takes_it_whole(scratch):
     assert _read(splits("hwu64", folder)[0]) == train
 
 
+def test_ood_none_rows_are_the_held_out_texts_validation_does_not_hold_and_never_test_texts(scratch):
+    from bench.ood import NONE_LABEL, splits
+
+    folder = scratch / "banking77"
+    folder.mkdir()
+    write_csv(folder / "train.csv", _intent_rows("train", 12))
+    write_csv(folder / "test.csv", _intent_rows("test", 3))
+    plain_train, plain_valid, _, held = splits("banking77", folder)
+    train_path, valid_path, _, _ = splits("banking77", folder, none_rows=True)
+    train, valid = _read(train_path), _read(valid_path)
+    assert valid == _read(plain_valid)  # validation is the same with or without the lever
+    none = [text for text, label in train if label == NONE_LABEL]
+    held_texts = {t for t, label in _intent_rows("train", 12) if label in held}
+    assert len(none) == 3 * 12 - 3 * 12 // 2 and set(none) <= held_texts  # the other half
+    assert not set(none) & {t for t, _ in valid}
+    assert [row for row in train if row[1] != NONE_LABEL] == _read(plain_train)
+
+
+def test_ood_rows_of_several_seeds_are_their_mean_with_the_auroc_spread():
+    from bench.ood import mean_rows
+
+    def seed(auroc, picked):
+        return [{"dataset": "d", "system": "d: scratch -- knn", "score": "knn", "auto_pick": picked,
+                 "test_auroc": auroc, "in_scope_accuracy": 0.9, "meets_target": auroc > 0.94, "train_s": 10.0}]
+
+    (row,) = mean_rows([seed(0.9, False), seed(0.96, True), seed(0.93, False)])
+    assert row["test_auroc"] == pytest.approx(0.93) and row["test_auroc_sd"] == pytest.approx(0.03)
+    assert row["system"] == "d: scratch -- knn (auto's pick)" and row["auto_picks"] == 1
+    assert row["seeds"] == 3 and row["meets_target"] is False and row["in_scope_accuracy"] == pytest.approx(0.9)
+
+
 # --- bench/en_ta_levers.py: whole documents held out ---------------------------------------------------
 
 

@@ -31,10 +31,11 @@ LABELS_FILE = "labels.txt"
 UNKNOWN_LABEL = "unknown"  # what predict and serve answer below the threshold (Classifier.parameters)
 
 
-def network_endpoint(classifier, vectors: bool = False) -> Endpoint:
+def network_endpoint(classifier, vectors: bool | str | None = None) -> Endpoint:
     """The network alone: ``token_ids`` int32 ``(B, L)`` -> ``probabilities`` float32 ``(B,
     classes)`` (what the ``onnx`` runtimes convert); with ``vectors``, ``outputs`` ``(B, classes +
-    dim)``: the probabilities followed by the pooled text vector."""
+    dim)``: the probabilities followed by the pooled text vector (``"layers"``: every encoder
+    block's, ``(B, classes + blocks * dim)``)."""
     outputs_of_ids = classifier_function(classifier, vectors)
     if not vectors:
         return Endpoint("network", lambda ids: {"probabilities": outputs_of_ids(ids)}, (_token_ids(classifier),),
@@ -182,8 +183,10 @@ def _scored_network(classifier) -> tuple[Endpoint, list[Any]]:
     if classifier.ood is None:
         return network_endpoint(classifier), []
     from kformer.tasks.classify.ood_graph import tf_ood_score
+    from kformer.tasks.classify.ood_text import check_exportable
 
-    outputs_of_ids = classifier_function(classifier, vectors=True)
+    check_exportable(classifier.ood)
+    outputs_of_ids = classifier_function(classifier, vectors=classifier.ood.vectors)
     score = tf_ood_score(classifier.ood)
     classes = len(classifier.labels)
 
@@ -203,15 +206,17 @@ def _ood_info(classifier) -> dict[str, str]:
     return {"score": kind, "units": UNITS[kind], "output": "ood_score"}
 
 
-def classifier_function(classifier, vectors: bool = False) -> Callable:
+def classifier_function(classifier, vectors: bool | str | None = None) -> Callable:
     """ids ``(B, L)`` int32 -> probabilities ``(B, classes)`` float32, as a graph function; with
-    ``vectors``, ``(B, classes + dim)``: then the pooled text vector
-    (:func:`~kformer.models.classifier.with_text_vectors`)."""
+    ``vectors``, ``(B, classes + dim)``: then the pooled text vector (``"layers"``: every encoder
+    block's, ``(B, classes + blocks * dim)``; :func:`~kformer.models.classifier.with_text_vectors`)."""
     import keras
 
     from kformer.models.classifier import with_text_vectors
+    from kformer.tasks.classify.runtimes import vector_mode
 
-    model = with_text_vectors(classifier.model) if vectors else classifier.model
+    vectors = vector_mode(vectors)
+    model = with_text_vectors(classifier.model, layers=vectors == "layers") if vectors else classifier.model
     if classifier.kind == "encoder":
         return lambda ids: model(ids, training=False)
     from kformer.models.pretrained import bert_inputs

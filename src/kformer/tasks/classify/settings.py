@@ -109,12 +109,18 @@ class ClassifyConfig(TaskSettings):
     unknown_keep: float = setting(
         KEEP, "training", "without out-of-scope validation texts: the share of the correctly predicted in-scope "
         "validation texts the calibrated threshold keeps at or above it (0 < K <= 1)", metavar="K")
-    ood_score: Literal["probability", "mahalanobis", "knn"] | Auto = setting(
+    ood_score: Literal["probability", "mahalanobis", "knn", "mahalanobis_layers", "tfidf", "combined"] | Auto = setting(
         AUTO, "training", "what the unknown route thresholds (higher = more in scope; --threshold is in its units): "
         "probability (the best class probability, 0..1), mahalanobis (minus the squared Mahalanobis distance of the "
-        "text's pooled vector to the nearest training class mean, one shared covariance) or knn (minus the distance "
-        "of the normalised vector to its 10th nearest normalised training vector); the statistics of the training "
-        "texts' vectors are kept in the folder's ood/; every runtime and export computes the same score")
+        "text's pooled vector to the nearest training class mean, one shared covariance), knn (minus the distance "
+        "of the normalised vector to its 10th nearest normalised training vector), mahalanobis_layers (backbone "
+        "scratch: the Mahalanobis distance on every encoder block's pooled output, each standardised on the training "
+        "texts, averaged), tfidf (with the wide part: minus the cosine distance of the text's TF-IDF vector to its "
+        "5th nearest of at most 20,000 training texts') or combined (with the wide part: the network score "
+        "validation picks and the tfidf novelty, standardised on the training texts, added with a weight on the "
+        "novelty of 0, .25, .5, .75 or 1 chosen by validation AUROC); the statistics of the training texts are kept "
+        "in the folder's ood/; every runtime computes the same score, and exports the network scores (not tfidf or "
+        "combined)")
     precision: Literal["float32", "mixed_bfloat16"] = setting(
         "float32", "training", "mixed_bfloat16: compute in bfloat16 (weights and outputs stay float32); see bench/precision.py")
 
@@ -161,6 +167,12 @@ class ClassifyConfig(TaskSettings):
             raise BadInput("{field} " + ("must name a label" if not self.unknown_label.strip() else
                            "trains the whole network away from confident answers; freeze trains only a head: use one "
                            "or the other"), field="unknown_label")
+        if self.ood_score == "mahalanobis_layers" and self.backbone != "scratch":
+            raise BadInput("{field} mahalanobis_layers reads the blocks of kformer's own encoder: backbone scratch",
+                           field="ood_score")
+        if self.ood_score in ("tfidf", "combined") and self.wide is False:
+            raise BadInput(f"{{field}} {self.ood_score} reads the wide n-gram part's TF-IDF vectors: leave wide on (or "
+                           "auto)", field="ood_score")
         if self.max_minutes is not None and self.max_minutes <= 0:
             raise BadInput(f"{{field}} must be above 0, got {self.max_minutes}", field="max_minutes")
 
