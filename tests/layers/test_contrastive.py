@@ -32,14 +32,14 @@ def test_the_loss_matches_the_formula_leaving_out_rows_of_no_class_and_absent_ro
     for temperature in (0.1, 0.5):
         got = float(numpy(supervised_contrastive_loss(VECTORS, TARGETS, temperature)))
         assert abs(got - _reference(VECTORS, TARGETS, temperature)) < 1e-5
-    assert float(numpy(supervised_contrastive_loss(VECTORS[2:4], TARGETS[2:4]))) == 0.0  # no anchor: nothing to pull
+    assert float(numpy(supervised_contrastive_loss(VECTORS[2:4], TARGETS[2:4], 0.1))) == 0.0  # no anchor: nothing to pull
     # the "none of these" row sits in the denominators: moving it changes the loss; the absent row does not
     moved = VECTORS.copy()
     moved[3], moved[4] = VECTORS[0], -VECTORS[4]
-    assert float(numpy(supervised_contrastive_loss(moved, TARGETS))) > float(numpy(supervised_contrastive_loss(VECTORS, TARGETS)))
+    assert float(numpy(supervised_contrastive_loss(moved, TARGETS, 0.1))) > float(numpy(supervised_contrastive_loss(VECTORS, TARGETS, 0.1)))
     moved = VECTORS.copy()
     moved[4] = VECTORS[0]
-    assert np.isclose(float(numpy(supervised_contrastive_loss(moved, TARGETS))), _reference(VECTORS, TARGETS, 0.1), atol=1e-5)
+    assert np.isclose(float(numpy(supervised_contrastive_loss(moved, TARGETS, 0.1))), _reference(VECTORS, TARGETS, 0.1), atol=1e-5)
 
 
 def test_a_training_step_pulls_a_class_together_and_only_in_training():

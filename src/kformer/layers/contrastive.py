@@ -16,11 +16,10 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-TEMPERATURE = 0.1  # Khosla et al. 2020's common value (their best runs used 0.1)
 FAR = -1e9  # a similarity no row reaches: leaves a row out of a softmax's denominator
 
 
-def supervised_contrastive_loss(vectors, targets, temperature: float = TEMPERATURE):
+def supervised_contrastive_loss(vectors, targets, temperature: float):
     """The SupCon loss, a float32 scalar, of ``vectors`` ``(batch, dim)`` (normalised here) whose
     rows' ``targets`` ``(batch, classes)`` are one-hot (a class), uniform (no class) or zero
     (absent): see the module's docstring."""
@@ -47,7 +46,7 @@ class SupervisedContrastive(keras.layers.Layer):
     training it adds ``weight x`` :func:`supervised_contrastive_loss` of the vectors to the
     model's loss (not in evaluation: ``val_loss`` stays the plain loss)."""
 
-    def __init__(self, weight: float, temperature: float = TEMPERATURE, **kwargs):
+    def __init__(self, weight: float, temperature: float, **kwargs):
         super().__init__(**kwargs)
         self.weight = float(weight)
         self.temperature = float(temperature)
