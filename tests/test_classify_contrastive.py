@@ -21,10 +21,28 @@ def test_contrastive_settings_refused_where_they_cannot_apply():
         ({"contrastive_weight": 0.5, "freeze": True, "backbone": "bert-scratch"}, "contrastive_weight", "freeze"),
         ({"contrastive_weight": -1.0}, "contrastive_weight", "0 (off) or above"),
         ({"contrastive_temperature": 0.0}, "contrastive_temperature", "above 0"),
+        ({"contrastive_per_class": -1}, "contrastive_per_class", "0 or more"),
     ):
         with pytest.raises(BadInput) as caught:
             ClassifyConfig(**settings)
         assert caught.value.field == field and says in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_contrastive_batches_hold_each_class_in_runs_and_leave_filler_copies_out():
+    from kformer.data.batching import class_grouped_batches
+
+    classes = np.repeat([0, 1, 2, 3, 4, -1], [8, 4, 12, 4, 4, 3])  # -1: "none of these" rows
+    lengths = np.random.default_rng(1).integers(1, 30, size=len(classes))
+    batches = class_grouped_batches(lengths, classes, 10, 4, np.random.default_rng(0))
+    assert sorted(np.concatenate(batches).tolist()) == list(range(len(classes)))  # every row once
+    for rows in batches:
+        assert len(rows) <= 10 and (np.diff(lengths[rows]) >= 0).all()
+        for row in rows[classes[rows] >= 0]:  # every text of a class has a positive in its batch
+            assert (classes[rows] == classes[row]).sum() >= 2
+    x, y = np.ones((3, 5), "int32"), np.eye(3, dtype="float32")
+    features, _, _ = network.with_contrast_targets(x, y, np.array([1.0, 0.0, 2.0], "float32"))
+    assert np.asarray(features["contrast_targets"]).tolist() == [[1, 0, 0], [0, 0, 0], [0, 0, 1]]
+    assert np.asarray(features["token_ids"]).shape == (3, 5)
 
 
 def test_a_contrastive_run_saves_the_plain_network_which_loads_safely_and_predicts_as_trained(tmp_path, monkeypatch):

@@ -139,7 +139,7 @@ def uniform_targets(rows: int, classes: int) -> np.ndarray:
 
 
 def batches(kind: str, ids, y, batch_size: int, shuffle: bool, seed: int = 0, sample_weight=None, first_epoch: int = 0,
-            cluster: Cluster | None = None, contrast: bool = False):
+            cluster: Cluster | None = None, contrast: bool = False, per_class: int = 0):
     """A ``tf.data.Dataset`` of length-bucketed batches (BERT models get their input dicts);
     ``first_epoch`` is where a resumed run starts (it sees the order of that epoch). With a
     ``cluster``: this process's rows of the global batches. For :data:`XLA_KINDS` (one XLA
@@ -147,13 +147,16 @@ def batches(kind: str, ids, y, batch_size: int, shuffle: bool, seed: int = 0, sa
     one is filled up with copies of its rows weighted 0 (:func:`~kformer.data.batching.fill_batch`),
     so the step meets only ``(batch_size, width bucket)`` shapes. Validation batches keep their
     rows (the same few shapes every epoch; a filled batch would skew ``val_loss``). ``contrast``:
-    batches for :func:`training_network`'s contrastive network (:func:`with_contrast_targets`)."""
+    batches for :func:`training_network`'s contrastive network (:func:`with_contrast_targets`);
+    ``per_class`` > 1: training batches hold a class's rows that many at a time
+    (:func:`~kformer.data.batching.class_grouped_batches`; rows of no class, uniform ``y``, are one group)."""
     from kformer.data.batching import BucketedBatches, fill_batch
     from kformer.models.pretrained import bert_inputs
 
     make = BucketedBatches if cluster is None else cluster.batches
+    classes = np.where(y.max(axis=1) == 1, y.argmax(axis=1), -1) if per_class > 1 else None
     data = make(ids, y, batch_size, shuffle=shuffle, seed=seed, sample_weight=sample_weight,
-                first_epoch=first_epoch).dataset()
+                first_epoch=first_epoch, classes=classes, per_class=per_class).dataset()
     if kind in XLA_KINDS and shuffle and cluster is None:
         data = data.map(lambda *batch: fill_batch(batch, batch_size))
     data = data.map(bert_inputs) if kind == "bert" else data
@@ -202,7 +205,8 @@ def fit_network(classifier, config: ClassifyConfig, splits, state_dir: Path, res
     done = last_checkpoint(state_dir) if resume else None
     contrast = config.contrastive_weight > 0
     train_batches = batches(classifier.kind, x_train, y_train, config.batch_size, True, config.seed, weights,
-                            first_epoch=0 if done is None else done[1], cluster=cluster, contrast=contrast)
+                            first_epoch=0 if done is None else done[1], cluster=cluster, contrast=contrast,
+                            per_class=config.contrastive_per_class if contrast else 0)
     valid_batches = batches(classifier.kind, x_valid, one_hot(valid.labels, index), max(config.batch_size, 64), False,
                             cluster=cluster, contrast=contrast)
     model = training_network(classifier.model, config)
@@ -234,8 +238,9 @@ def fit_without_validation(classifier, config: ClassifyConfig, rows, epochs: int
     from kformer.training import FitPlan, fit
 
     ids, targets, weights = training_rows(classifier, config, rows, unknown)
+    contrast = config.contrastive_weight > 0
     train_batches = batches(classifier.kind, ids, targets, config.batch_size, True, config.seed, weights,
-                            contrast=config.contrastive_weight > 0)
+                            contrast=contrast, per_class=config.contrastive_per_class if contrast else 0)
     steps = math.ceil(len(ids) / config.batch_size)
     model = training_network(classifier.model, config)
     schedule = compile_network(model, config, steps, classifier.kind, xla=classifier.kind in XLA_KINDS)
