@@ -78,3 +78,14 @@ def test_a_contrastive_run_saves_the_plain_network_which_loads_safely_and_predic
     assert [t.name for t in saved.inputs] == [t.name for t in plain.inputs] == ["token_ids"]
     assert [tuple(t.shape) for t in saved.outputs] == [tuple(t.shape) for t in plain.outputs] == [(None, len(loaded.labels))]
     assert [layer.name for layer in saved.layers] == [layer.name for layer in plain.layers]
+
+
+def test_bench_ood_trains_systems_with_the_contrastive_term_by_name():
+    from bench.ood import system_parts
+
+    assert system_parts("minilm+none+supcon=0.3") == ("minilm", True, {"contrastive_weight": 0.3})
+    assert system_parts("scratch+supcon=1") == ("scratch", False, {"contrastive_weight": 1.0})
+    assert system_parts("scratch+none") == ("scratch", True, {})
+    for wrong in ("scratch+supcn=1", "bert+none"):
+        with pytest.raises(SystemExit, match="unknown system"):
+            system_parts(wrong)
