@@ -79,23 +79,28 @@ def class_grouped_batches(lengths: Sequence[int], classes: Sequence[int], batch_
     ``batch_size`` holds about ``batch_size / per_class`` classes with ``per_class`` rows each
     (what a supervised contrastive loss needs: positives in every batch). Each class's rows
     (``classes`` ``(n,)`` int; -1, no class, is one more group) are shuffled and cut into runs of
-    ``per_class``; the runs are shuffled and packed whole into batches (a batch closes when the next
-    run does not fit, so it may be a few rows short), each sorted by length. Every row once; lengths
-    mix more than in :func:`length_bucketed_batches`, so batches pad wider."""
+    ``per_class``; the runs are shuffled, sorted by their longest row within chunks of
+    :data:`CHUNK_BATCHES` batches' worth, packed whole into batches (a batch closes when the next
+    run does not fit, so it may be a few rows short), and the batches shuffled. Every row once;
+    a run's rows have any lengths, so batches pad wider than :func:`length_bucketed_batches`'."""
     lengths, classes = np.asarray(lengths), np.asarray(classes)
     per_class = max(1, min(int(per_class), int(batch_size)))  # a run never outgrows a batch
     runs = []
     for label in np.unique(classes):
         rows = rng.permutation(np.flatnonzero(classes == label))
         runs += [rows[i : i + per_class] for i in range(0, len(rows), per_class)]
+    order, chunk = rng.permutation(len(runs)), max(1, CHUNK_BATCHES * int(batch_size) // per_class)
+    for start in range(0, len(order), chunk):
+        part = order[start : start + chunk]
+        order[start : start + chunk] = part[np.argsort([lengths[runs[i]].max() for i in part], kind="stable")]
     batches, batch = [], []
-    for i in rng.permutation(len(runs)):
+    for i in order:
         if batch and len(batch) + len(runs[i]) > batch_size:
             batches.append(np.array(batch))
             batch = []
         batch += runs[i].tolist()
     batches += [np.array(batch)] if batch else []
-    return [rows[np.argsort(lengths[rows], kind="stable")] for rows in batches]
+    return [batches[i] for i in rng.permutation(len(batches))]
 
 
 def token_budget_batches(
