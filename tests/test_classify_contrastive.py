@@ -55,7 +55,7 @@ def test_a_contrastive_run_saves_the_plain_network_which_loads_safely_and_predic
 
     monkeypatch.setattr(network, "fit_network", keep)
     texts, labels = _tickets(96, 4, 16)
-    settings = {"contrastive_weight": 0.5, "unknown_label": OTHER, "calibrate": False, "epochs": 2, "dim": 16,
+    settings = {"contrastive_weight": 0.5, "unknown_label": OTHER, "calibrate": False, "epochs": 1, "dim": 16,
                 "ff_dim": 32, "heads": 2, "blocks": 1, "max_length": 12, "vocab_size": 120, "batch_size": 32,
                 "wide": False, "refit": False}
     result = classify.train(settings, (texts, labels), tmp_path / "m")
