@@ -30,7 +30,9 @@ desk's own "none of these" rows (``--unknown-label``, outlier exposure): the hel
 training texts that validation does not hold (BANKING77: the other half; HWU64: all of them,
 validation being its val.csv) join training under one label that never becomes a class. Test
 texts of the held-out intents are never trained on. ``--seeds N`` trains each system N times and
-reports each row's mean (``test_auroc_sd``: the spread over seeds).
+reports each row's mean (``test_auroc_sd``: the spread over seeds). A system named ``NAME+supcon=W``
+(after any ``+none``) is NAME trained with ``--contrastive-weight W`` (issue 34, "features that
+separate"); compare a few W on the validation AUROC to choose one.
 """
 
 from __future__ import annotations
@@ -72,6 +74,21 @@ SYSTEMS = {  # name: (recipe, settings); max_minutes is added
 }
 NONE_LABEL = "none of these"  # the label of the desk's own out-of-scope rows (systems NAME+none)
 NONE_SUFFIX = "+none"
+SUPCON = "supcon="  # NAME+supcon=W: NAME trained with contrastive_weight W
+
+
+def system_parts(system: str) -> tuple[str, bool, dict]:
+    """``(base system, none rows, settings it adds)`` of a system named ``NAME[+none][+supcon=W]``."""
+    base, *options = system.split("+")
+    settings: dict = {}
+    for option in options:
+        if option.startswith(SUPCON):
+            settings["contrastive_weight"] = float(option.removeprefix(SUPCON))
+        elif option != NONE_SUFFIX[1:]:
+            raise SystemExit(f"unknown system option +{option} in {system!r}: use +none or +{SUPCON}W")
+    if base not in SYSTEMS:
+        raise SystemExit(f"unknown system {base!r} in {system!r}: use one of {', '.join(SYSTEMS)}")
+    return base, NONE_SUFFIX[1:] in options, settings
 
 
 def held_out_intents(labels: list[str], count: int) -> set[str]:
@@ -165,10 +182,10 @@ def run(name: str, system: str, minutes: float, seed: int = 0, recall: float | N
 
     from kformer.tasks import classify
 
-    base, none_rows = system.removesuffix(NONE_SUFFIX), system.endswith(NONE_SUFFIX)
+    base, none_rows, extra = system_parts(system)
     train_path, valid_path, test_path, held = splits(name, require_shared_data(DATASETS[name][0]), none_rows)
     recipe, settings = SYSTEMS[base]
-    extra = {"unknown_label": NONE_LABEL} if none_rows else {}
+    extra = {**extra, "unknown_label": NONE_LABEL} if none_rows else extra
     out = Path(tempfile.mkdtemp(prefix=f"kformer-ood-{name}-{base}-")) / "model"
     trained = kformer_run(f"{name}: {system}", train_path, test_path, recipe,
                           {**settings, **extra, "max_minutes": minutes, "calibrate": True, "seed": seed}, out_dir=out,
@@ -210,7 +227,8 @@ def main() -> None:
     parser.add_argument("--systems", default="scratch,scratch+none,minilm,minilm+none",
                         help="comma-separated: scratch (kformer's encoder, auto settings), freeze (MiniLM frozen, "
                              "a head trained), minilm (the banking77-minilm recipe, fine-tuned); NAME+none: NAME "
-                             "trained with the held-out intents' spare training texts as 'none of these' rows")
+                             "trained with the held-out intents' spare training texts as 'none of these' rows; "
+                             "NAME+supcon=W: NAME trained with contrastive_weight W (e.g. minilm+none+supcon=0.3)")
     parser.add_argument("--seeds", type=int, default=3, help="training seeds per system (rows: the mean)")
     parser.add_argument("--recall", type=float, default=0.8,
                         help="thresholds set on validation for this out-of-scope recall (0: --calibrate's best accuracy)")

@@ -123,3 +123,30 @@ def layer_vectors(model):
     else:
         pooled = [pool(block.output) for block in blocks]
     return pooled[0] if len(pooled) == 1 else keras.ops.concatenate(pooled, axis=-1)
+
+
+HEAD_DROPOUTS = ("head_dropout", "classifier_dropout")  # the dropout before HEAD_LAYERS: kformer's, KerasHub's
+CONTRAST_TARGETS = "contrast_targets"  # the training network's input of each row's target (one-hot, uniform or 0)
+
+
+def with_contrastive_loss(model, weight: float, temperature: float):
+    """A training network for ``model`` (a classifier with one of :data:`HEAD_DROPOUTS` before
+    its last dense layer): the same weights and output ``(batch, classes)``, whose inputs are
+    ``model``'s as a dict (kformer's encoder: ``{"token_ids"}``) plus :data:`CONTRAST_TARGETS`
+    ``(batch, classes)`` float32, and which in training adds ``weight x`` the supervised
+    contrastive loss (:class:`~kformer.layers.SupervisedContrastive`) of the pooled text vector
+    ``(batch, dim)``, the dropout's input (what the distance scores read at inference). ``model``
+    itself is not changed: it is what is saved and exported."""
+    import keras
+
+    from kformer.layers import SupervisedContrastive
+
+    names = {layer.name for layer in model.layers}
+    dropout = next((name for name in HEAD_DROPOUTS if name in names), None)
+    if dropout is None:
+        raise ValueError(f"the classifier has no pooled text vector (no layer named {' or '.join(HEAD_DROPOUTS)})")
+    inputs = dict(model.input) if isinstance(model.input, dict) else {"token_ids": model.input}
+    targets = keras.Input((int(model.output.shape[-1]),), dtype="float32", name=CONTRAST_TARGETS)
+    contrast = SupervisedContrastive(weight, temperature, name="supervised_contrastive")
+    outputs = contrast([model.output, model.get_layer(dropout).input, targets])
+    return keras.Model({**inputs, CONTRAST_TARGETS: targets}, outputs, name=f"{model.name}_contrastive")

@@ -15,6 +15,8 @@ from kformer.errors import BadInput
 from kformer.tasks.classify.auto import RULES
 from kformer.tasks.classify.calibration import KEEP
 
+CONTRASTIVE_PER_CLASS = 4  # texts of a class per training batch with a contrastive term (P x K sampling)
+CONTRASTIVE_TEMPERATURE = 0.1  # Khosla et al. 2020's common value for the supervised contrastive loss
 OUTLIER_WEIGHT = 1.0  # each unknown_label row's loss weighs as much as an in-scope row's (not tuned on validation yet)
 
 TASK = "classify"
@@ -89,6 +91,20 @@ class ClassifyConfig(TaskSettings):
         "the network again from scratch on the training and validation texts together for that many epochs (and the "
         "wide part, as wide_refit); metrics.json \"valid\" keeps the first network's validation scores, \"refit\" "
         "what the second run did; its time counts in max_minutes. Not with calibrate or freeze")
+    contrastive_weight: float = setting(
+        0.0, "training", "> 0: add this weight times a supervised contrastive loss (SupCon, Khosla et al. 2020) of the "
+        "L2-normalised pooled text vectors of each training batch to the cross-entropy, pulling each class's texts "
+        "into a tight cluster (what the distance ood scores measure); an anchor's positives are the other texts of "
+        "its class in the batch (a text with none adds nothing: see contrastive_per_class), unknown_label rows are "
+        "only pushed away; choose it on validation (bench.ood); 0: off. Not with freeze",
+        metavar="W")
+    contrastive_temperature: float = setting(
+        CONTRASTIVE_TEMPERATURE, "training", "the supervised contrastive loss's temperature (0.1: Khosla et al. 2020's common "
+        "value; lower sharpens the clusters)", metavar="T")
+    contrastive_per_class: int = setting(
+        CONTRASTIVE_PER_CLASS, "training", "with contrastive_weight: each training batch is made of runs of this many "
+        "texts of one class (batch_size / this many classes a batch), so every text has positives in its batch; "
+        "0 or 1: the usual shuffled batches of similar lengths", metavar="M")
     seed: int = setting(0, "training", "random seed")
     max_minutes: float | None = setting(None, "training", "stop after this many minutes, keeping the best weights "
                                         "(resumed: minutes of training in all)", metavar="M")
@@ -167,6 +183,16 @@ class ClassifyConfig(TaskSettings):
             raise BadInput("{field} " + ("must name a label" if not self.unknown_label.strip() else
                            "trains the whole network away from confident answers; freeze trains only a head: use one "
                            "or the other"), field="unknown_label")
+        if self.contrastive_weight < 0 or (self.contrastive_weight > 0 and self.freeze):
+            raise BadInput(f"setting {{field}} = {self.contrastive_weight} " + (
+                "must be 0 (off) or above" if self.contrastive_weight < 0 else "trains the text vectors; freeze keeps "
+                "the backbone that makes them (only a head trains): use one or the other"), field="contrastive_weight")
+        if self.contrastive_per_class < 0:
+            raise BadInput(f"setting {{field}} = {self.contrastive_per_class} must be 0 or more",
+                           field="contrastive_per_class")
+        if self.contrastive_temperature <= 0:
+            raise BadInput(f"setting {{field}} = {self.contrastive_temperature} must be above 0",
+                           field="contrastive_temperature")
         if self.ood_score == "mahalanobis_layers" and self.backbone != "scratch":
             raise BadInput("{field} mahalanobis_layers reads the blocks of kformer's own encoder: backbone scratch",
                            field="ood_score")
