@@ -191,7 +191,9 @@ class ArithmeticFormat:
 
     def answer_text(self, value: int, width: int | None = None, op: str = "+") -> str:
         """What the decoder writes for ``value``, the answer to an ``op`` problem: ``10850+`` /
-        ``51089-`` (reversed, :meth:`answer_places` digits; ``width`` defaults to ``digits``) or ``5801``."""
+        ``51089-`` (reversed, :meth:`answer_places` digits; ``width`` defaults to ``digits``) or ``5801``.
+        (With ``long_multiplication`` the model writes the rows instead, :meth:`encode`; this is
+        the product's reversed text all the same.)"""
         if self.reverse_answer:
             places = self.answer_places(op, width)
             return f"{value % 10**places:0{places}d}"[::-1] + ("-" if value < 0 else "+")
