@@ -39,6 +39,12 @@ def test_contrastive_batches_hold_each_class_in_runs_and_leave_filler_copies_out
         assert len(rows) <= 10
         for row in rows[classes[rows] >= 0]:  # every text of a class has a positive in its batch
             assert (classes[rows] == classes[row]).sum() >= 2
+    # Keras fixes an epoch's steps from the first: every shuffle packs into as many batches
+    counts = {len(class_grouped_batches(lengths, classes, 10, 4, np.random.default_rng(seed))) for seed in range(40)}
+    many = np.random.default_rng(2).integers(-1, 77, size=3000)
+    counts_many = {len(class_grouped_batches(np.ones(3000, int), many, 32, 4, np.random.default_rng(seed)))
+                   for seed in range(10)}
+    assert len(counts) == 1 and len(counts_many) == 1
     x, y = np.ones((3, 5), "int32"), np.eye(3, dtype="float32")
     features, _, _ = network.with_contrast_targets(x, y, np.array([1.0, 0.0, 2.0], "float32"))
     assert np.asarray(features["contrast_targets"]).tolist() == [[1, 0, 0], [0, 0, 0], [0, 0, 1]]

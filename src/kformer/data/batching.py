@@ -81,7 +81,8 @@ def class_grouped_batches(lengths: Sequence[int], classes: Sequence[int], batch_
     (``classes`` ``(n,)`` int; -1, no class, is one more group) are shuffled and cut into runs of
     ``per_class``; the runs are shuffled, sorted by their longest row within chunks of
     :data:`CHUNK_BATCHES` batches' worth, packed whole into batches (a batch closes when the next
-    run does not fit, so it may be a few rows short), and the batches shuffled. Every row once;
+    run does not fit, so it may be a few rows short; the fullest are split so that every epoch has
+    the same number of batches, which Keras requires), and the batches shuffled. Every row once;
     a run's rows have any lengths, so batches pad wider than :func:`length_bucketed_batches`'."""
     lengths, classes = np.asarray(lengths), np.asarray(classes)
     per_class = max(1, min(int(per_class), int(batch_size)))  # a run never outgrows a batch
@@ -93,13 +94,21 @@ def class_grouped_batches(lengths: Sequence[int], classes: Sequence[int], batch_
     for start in range(0, len(order), chunk):
         part = order[start : start + chunk]
         order[start : start + chunk] = part[np.argsort([lengths[runs[i]].max() for i in part], kind="stable")]
-    batches, batch = [], []
+    packed, batch, size = [], [], 0
     for i in order:
-        if batch and len(batch) + len(runs[i]) > batch_size:
-            batches.append(np.array(batch))
-            batch = []
-        batch += runs[i].tolist()
-    batches += [np.array(batch)] if batch else []
+        if batch and size + len(runs[i]) > batch_size:
+            packed.append(batch)
+            batch, size = [], 0
+        batch, size = batch + [runs[i]], size + len(runs[i])
+    packed += [batch] if batch else []
+    # Keras fixes an epoch's steps from the first epoch, so every epoch must have as many batches: as
+    # many as the worst packing could need (a closed batch holds more than batch_size - per_class rows)
+    wanted = min(-(-len(lengths) // (int(batch_size) - per_class + 1)), len(runs))
+    while len(packed) < wanted:  # split the batch of most runs in two, runs kept whole
+        widest = max(range(len(packed)), key=lambda b: len(packed[b]))
+        runs_in = packed.pop(widest)
+        packed += [runs_in[: len(runs_in) // 2], runs_in[len(runs_in) // 2 :]]
+    batches = [np.concatenate(batch) for batch in packed]
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
