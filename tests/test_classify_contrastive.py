@@ -51,6 +51,7 @@ def test_contrastive_batches_hold_each_class_in_runs_and_leave_filler_copies_out
     assert np.asarray(features["token_ids"]).shape == (3, 5)
 
 
+@pytest.mark.slow
 def test_a_contrastive_run_saves_the_plain_network_which_loads_safely_and_predicts_as_trained(tmp_path, monkeypatch):
     trained = {}
     fit_network = network.fit_network

@@ -65,6 +65,7 @@ def test_layer_wise_mahalanobis_equals_a_hand_computation(two_blocks):
     np.testing.assert_allclose(tf_ood_score(score)(queries).numpy(), score(queries), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_every_blocks_vectors_convert_to_onnx_for_the_onnx_runtimes(two_blocks, tmp_path):
     """The onnx runtimes convert the network with every block's pooled vectors (two blocks here;
     the trained folder of tests/test_ood_score.py has one): the same numbers as Keras."""
