@@ -31,6 +31,10 @@ same settings writing the product directly (``op_columns``), each trained ``--pr
     python -m bench.arithmetic_long [--minutes 10] [--short-minutes 2] [--held-out 10000] [--held-out-others N] [--no-record]
     python -m bench.arithmetic_long --minutes 0.3 --short-minutes 0.2 --held-out 50 --schemes learned abacus --no-record
     python -m bench.arithmetic_long --products [--product-minutes M] [--held-out 10000] [--held-out-others 1000]
+    python -m bench.arithmetic_long --setups arithmetic-long --seeds 3 --rows runs.jsonl   # section 3 of issue 35
+
+``--rows FILE`` keeps each finished training run there, and a rerun with the same file skips the
+runs it holds, so a long table can be made over several sittings.
 """
 
 from __future__ import annotations
@@ -39,7 +43,9 @@ import argparse
 import statistics
 import tempfile
 
-from bench.harness import record_or_print
+from pathlib import Path
+
+from bench.harness import append_rows, read_rows, record_or_print
 from bench.headlines import Headline
 from kformer.config import make_config
 from kformer.tasks import arithmetic
@@ -168,6 +174,9 @@ def main() -> None:
                         help="held-out problems per length at lengths without a target (default: --held-out)")
     parser.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=list(SCHEMES),
                         help="the rows to train (default: all)")
+    parser.add_argument("--setups", nargs="+", default=[recipe for recipe, *_ in SETUPS],
+                        choices=[recipe for recipe, *_ in SETUPS], help="the tables' halves to train (default: both)")
+    parser.add_argument("--rows", default=None, help="JSONL file of finished training runs: kept, and skipped on a rerun")
     parser.add_argument("--seeds", type=int, default=1, help="training seeds per row (the mean is reported)")
     parser.add_argument("--products", action="store_true", help="record the products table instead (see above)")
     parser.add_argument("--product-minutes", type=float, default=None,
@@ -178,20 +187,35 @@ def main() -> None:
     others = args.held_out if args.held_out_others is None else args.held_out_others
     if args.products:
         return record_products(args, others)
-    target_lengths = sorted(length for *_, targets in SETUPS for length in targets)
+    target_lengths = sorted(length for recipe, *_, targets in SETUPS if recipe in args.setups for length in targets)
     rows = []
+    rows_file = None if args.rows is None else Path(args.rows)
+    done = {(run["recipe"], run["scheme"], run["seed"], run["minutes"], run["held_out"], run["others"]): run
+            for run in read_rows(rows_file)}
     for recipe, trained_on, longest, targets in SETUPS:
+        if recipe not in args.setups:
+            continue
         minutes = args.minutes if longest > 8 else args.short_minutes
         for name in args.schemes:
-            runs = [train_and_score(recipe, SCHEMES[name], minutes, longest, args.held_out, seed,
-                                    targets=targets, held_out_others=others)
-                    for seed in range(args.seeds)]
+            runs = []
+            for seed in range(args.seeds):
+                key = (recipe, name, seed, minutes, args.held_out, others)
+                if key not in done:
+                    done[key] = {"recipe": recipe, "scheme": name, "seed": seed, "minutes": minutes,
+                                 "held_out": args.held_out, "others": others,
+                                 **train_and_score(recipe, SCHEMES[name], minutes, longest, args.held_out, seed,
+                                                   targets=targets, held_out_others=others)}
+                    append_rows(rows_file, [done[key]])
+                runs.append(done[key])
             rows.append(row(recipe, trained_on, name, runs))
             print({k: v for k, v in rows[-1].items() if k in ("system", "train_s", "8", "10", "20", "30", "60", "100")},
                   flush=True)
+    title = (f"What each part of arithmetic-long is worth: position schemes and the window, mean of {args.seeds} seeds, "
+             f"{args.minutes:g} minutes of CPU training per model" if args.seeds > 1 else
+             f"Arithmetic that generalises: trained on short numbers, scored up to 100 digits, {args.minutes:g} minutes "
+             f"of CPU training per model (<= 4 digits: {args.short_minutes:g})")
     record_or_print(
-        f"Arithmetic that generalises: trained on short numbers, scored up to 100 digits, {args.minutes:g} minutes "
-        f"of CPU training per model (<= 4 digits: {args.short_minutes:g})",
+        title,
         rows,
         notes="Columns 1-100: exact match on held-out problems whose two operands both have that many digits "
         f"(up to {args.held_out:,} at the target lengths {', '.join(map(str, target_lengths))}, "
@@ -201,7 +225,9 @@ def main() -> None:
         "with one `positions` setting; the recipes (op_columns problems at their own width, every operand length "
         "in every batch, attention_window 2) were chosen on generated held-out problems (validation), this "
         "table's problems drawn afresh. Targets: trained on <= 10 digits in <= 10 minutes, >= 99 % at 20 digits and "
-        ">= 90 % at 30 (issue 25), >= 90 % at 60, 100 measured (issue 35); trained on <= 4 digits, >= 99 % at 8.",
+        ">= 90 % at 30 (issue 25), >= 90 % at 60, 100 measured (issue 35); trained on <= 4 digits, >= 99 % at 8."
+        + (f" Each row is the mean of {args.seeds} training seeds scored on the same problems; exact_N_min: the "
+           "worst seed at N digits." if args.seeds > 1 else ""),
         record=not args.no_record,
     )
 
