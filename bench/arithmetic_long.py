@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-
 from pathlib import Path
 
 from bench.harness import append_rows, read_rows, record_or_print
