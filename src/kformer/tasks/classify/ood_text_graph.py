@@ -1,0 +1,164 @@
+"""The out-of-scope scores that read the text's wording (:mod:`~kformer.tasks.classify.ood_text`:
+``tfidf`` and ``combined``) as graph operations, so an export computes the score the model folder
+computes in NumPy/SciPy: TensorFlow ops for the SavedModel (:func:`tf_text_score`), ONNX operators
+for ``model.onnx`` (:func:`onnx_text_score`). Both start from the wide part's TF-IDF features as
+its graph already computes them (:mod:`~kformer.tasks.classify.wide_graph`: each block's sublinear
+TF-IDF, L2-normalised, the blocks side by side), then:
+
+* the novelty: the features' row scaled to unit length (as :func:`~.ood_text.unit_rows`), its
+  cosine similarity with every row of the bank of training texts, and ``-(1 - s_k)`` with ``s_k``
+  the ``k``-th largest similarity (``k`` at most the bank's rows);
+* combined: ``(1 - w) (network - c0) / s0 + w (novelty - c1) / s1``, the network score being the
+  graph's own (the best of the final, mixed probabilities, or the distance of
+  :mod:`~kformer.tasks.classify.ood_graph`).
+
+The bank stays sparse in both graphs (up to 20,000 rows by tens of thousands of n-gram columns, a
+few hundred nonzeros a row: dense it would be gigabytes). The similarities are sums over the
+bank's nonzeros of the bank's value times the query's value at that column: in TensorFlow a
+``SparseTensor`` bank times the dense unit queries ``(B, F)`` (``sparse_dense_matmul``); in ONNX,
+one query row at a time (``Scan``): ``Gather`` of the row at the bank's column indices, ``Mul`` by
+the bank's values, ``ScatterElements`` (``reduction="add"``: default-domain opset 16 or later)
+into the bank's rows, ``TopK`` -- so no ``(B, nonzeros)`` product is held at once. Float32 sums of
+at most a few hundred products of unit-row entries: the similarities match SciPy's to about 1e-7.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kformer.tasks.classify.ood import MIN_SCALE
+from kformer.tasks.classify.ood_text import COMBINED, TFIDF
+
+SCATTER_ADD_OPSET = 16  # ScatterElements takes reduction="add" from opset 16
+
+
+def novelty_of(score):
+    """The :class:`~.ood_text.TfidfNovelty` a ``tfidf`` or ``combined`` score reads."""
+    return score if score.kind == TFIDF else score.tfidf
+
+
+def combined_terms(score) -> tuple[tuple[float, float], tuple[float, float]]:
+    """``((a0, c0), (a1, c1))`` with combined = ``a0 (network - c0) + a1 (novelty - c1)``:
+    ``a0 = (1 - w) / s0``, ``a1 = w / s1`` (float64, cast to float32 by the graphs)."""
+    return (((1.0 - score.weight) / score.scale[0], score.centre[0]),
+            (score.weight / score.scale[1], score.centre[1]))
+
+
+def bank_coordinates(bank) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(rows, columns, values)`` ``(nnz,)`` of a SciPy CSR ``bank`` ``(N, F)``: int32, int32,
+    float32 (12 bytes a nonzero in the graph), row-major with columns ascending within a row (a
+    canonical SparseTensor order)."""
+    from scipy import sparse
+
+    bank = sparse.csr_matrix(bank).sorted_indices()
+    rows = np.repeat(np.arange(bank.shape[0], dtype="int32"), np.diff(bank.indptr))
+    return rows, bank.indices.astype("int32"), bank.data.astype("float32")
+
+
+# --- TensorFlow (SavedModel) ----------------------------------------------------------------------
+
+
+def tf_text_score(score):
+    """A ``tf.Module`` computing ``score`` (tfidf or combined): called with the wide part's
+    features (``TfWide.features``: a ``tf.SparseTensor`` ``(B, F)`` float32) and the graph's
+    network score ``(B,)`` float32 (combined reads it; tfidf ignores it), it gives the in-scope
+    scores ``(B,)`` float32. Track it in the export so its bank is saved with the graph."""
+    import tensorflow as tf
+
+    class TfTextScore(tf.Module):
+        def __init__(self):
+            super().__init__(name=f"ood_{score.kind}")
+            novelty = novelty_of(score)
+            rows, columns, values = bank_coordinates(novelty.bank)
+            self.kind, self.shape = score.kind, tuple(int(n) for n in novelty.bank.shape)  # (N, F)
+            self.k = min(int(novelty.k), self.shape[0])
+            self.bank_indices = tf.Variable(np.stack([rows, columns], axis=1), trainable=False, name="bank_indices")  # int32
+            self.bank_values = tf.Variable(values, trainable=False, name="bank_values")
+            self.terms = combined_terms(score) if score.kind == COMBINED else None
+
+        def __call__(self, features, network=None):
+            novelty = self.novelty(features)
+            if self.terms is None:
+                return novelty
+            (a0, c0), (a1, c1) = self.terms
+            return a0 * (tf.cast(network, tf.float32) - c0) + a1 * (novelty - c1)
+
+        def novelty(self, features):
+            """``(B,)``: ``s_k - 1`` of the unit rows of ``features`` ``(B, F)`` (sparse) against the bank."""
+            row, batch = features.indices[:, 0], features.dense_shape[0]
+            norms = tf.sqrt(tf.math.unsorted_segment_sum(tf.square(features.values), row, batch))  # (B,)
+            unit = features.values / tf.maximum(tf.gather(norms, row), MIN_SCALE)
+            queries = tf.scatter_nd(features.indices, unit, tf.stack([batch, tf.constant(self.shape[1], tf.int64)]))
+            bank = tf.SparseTensor(tf.cast(self.bank_indices, tf.int64), self.bank_values, self.shape)
+            similarity = tf.sparse.sparse_dense_matmul(bank, queries, adjoint_b=True)  # (N, B)
+            return tf.math.top_k(tf.transpose(similarity), k=self.k).values[:, self.k - 1] - 1.0
+
+    return TfTextScore()
+
+
+# --- ONNX -----------------------------------------------------------------------------------------
+
+
+def require_opset(model, version: int = SCATTER_ADD_OPSET) -> None:
+    """Raise ``model``'s default-domain opset to ``version`` where it is lower (the converter's
+    :data:`~kformer.models.export_plan.ONNX_OPSET` is already 17)."""
+    for item in model.opset_import:
+        if item.domain in ("", "ai.onnx") and item.version < version:
+            item.version = version
+
+
+def onnx_text_score(g, score, features: str, network: str) -> str:
+    """Nodes of ``g`` (a :class:`~kformer.tasks.classify.wide_graph.OnnxGraph`): the wide part's
+    dense ``features`` ``(B, F)`` float32 (``onnx_wide_features``) and the network score
+    ``network`` ``(B,)`` float32 (read by combined) -> the in-scope scores ``(B,)`` float32."""
+    novelty = _onnx_novelty(g, novelty_of(score), features)
+    if score.kind != COMBINED:
+        return novelty
+    (a0, c0), (a1, c1) = combined_terms(score)
+
+    def term(value: str, a: float, c: float) -> str:
+        return g.op("Mul", [g.op("Sub", [value, g.const(np.float32(c))]), g.const(np.float32(a))])
+
+    return g.op("Add", [term(network, a0, c0), term(novelty, a1, c1)], "combined")
+
+
+def _onnx_novelty(g, novelty, features: str) -> str:
+    """Nodes: features ``(B, F)`` -> ``s_k - 1`` ``(B,)``, each row scaled to unit length and
+    scored by :func:`_onnx_row_body` under a ``Scan`` (one row at a time)."""
+    from onnx import helper
+
+    norm = g.op("Sqrt", [g.op("ReduceSum", [g.op("Mul", [features, features]),
+                                            g.const(np.array([1], dtype="int64"))], keepdims=1)])
+    unit = g.op("Div", [features, g.op("Max", [norm, g.const(np.float32(MIN_SCALE))])], "unit_features")
+    out = g.name("novelty")
+    g.nodes.append(helper.make_node("Scan", [unit], [out], body=_onnx_row_body(g.prefix, novelty),
+                                    num_scan_inputs=1))
+    return out
+
+
+def _onnx_row_body(prefix: str, novelty):
+    """The ``Scan`` body: one unit row ``(F,)`` -> ``s_k - 1`` (a scalar), the bank's arrays its
+    initializers: Gather the row at the bank's columns ``(nnz,)``, Mul by its values,
+    ScatterElements-add into zeros ``(N,)`` at its rows, TopK."""
+    from onnx import TensorProto, helper
+
+    from kformer.tasks.classify.wide_graph import OnnxGraph
+
+    rows, columns, values = bank_coordinates(novelty.bank)
+    count = int(novelty.bank.shape[0])
+    k = min(int(novelty.k), count)
+    body = OnnxGraph(f"{prefix}novelty_row_")
+    row = body.name("row")
+    products = body.op("Mul", [body.op("Gather", [row, body.const(columns, "bank_columns")], axis=0),
+                               body.const(values, "bank_values")], "products")
+    similarity = body.op("ScatterElements", [body.const(np.zeros(count, dtype="float32"), "zeros"),
+                                             body.const(rows, "bank_rows"), products],
+                         "similarity", axis=0, reduction="add")  # (N,)
+    top = body.name("top")
+    body.nodes.append(helper.make_node("TopK", [similarity, body.const(np.array([k], dtype="int64"), "k")],
+                                       [top, body.name("top_rows")], axis=0))  # (k,) largest first
+    kth = body.op("Gather", [top, body.const(np.array(k - 1, dtype="int64"), "last")], "kth", axis=0)
+    out = body.op("Sub", [kth, body.const(np.float32(1.0), "one")], "row_novelty")
+    return helper.make_graph(body.nodes, f"{prefix}novelty_row",
+                             [helper.make_tensor_value_info(row, TensorProto.FLOAT, [None])],
+                             [helper.make_tensor_value_info(out, TensorProto.FLOAT, [])], body.initializers)
