@@ -166,9 +166,10 @@ def test_auto_takes_the_score_validation_separates_best(tmp_path):
 
 
 def test_the_graphs_tfidf_novelty_is_the_kth_cosine_distance_to_the_sparse_bank():
-    """The TF-IDF novelty as graph operations -- a SparseTensor bank times the dense unit queries in
-    TensorFlow; Gather, Mul, ScatterElements-add and TopK per row under a Scan in ONNX Runtime --
-    against SciPy's kth_cosine_distance, on a random CSR bank (an empty query row; k over the rows)."""
+    """The TF-IDF novelty as graph operations -- the bank by column, each text nonzero's column
+    slice added into the bank rows' similarities (TensorFlow: the batch at once; ONNX Runtime: a
+    row at a time under Scan), then TopK -- against SciPy's kth_cosine_distance on a random sparse
+    bank: an empty text, one whose n-grams no bank row has, a bank row's own vector; k over the rows."""
     import onnx
     import onnxruntime as ort
     import tensorflow as tf
@@ -179,17 +180,20 @@ def test_the_graphs_tfidf_novelty_is_the_kth_cosine_distance_to_the_sparse_bank(
     from kformer.tasks.classify.ood_text_graph import onnx_text_score, tf_text_score
     from kformer.tasks.classify.wide_graph import OnnxGraph
 
-    bank = unit_rows(sparse.random(40, 60, density=0.15, random_state=1, dtype="float32"))
+    bank = sparse.random(40, 60, density=0.15, random_state=1, dtype="float32").tolil()
+    bank[:, 50:] = 0.0  # n-grams no bank row has
+    bank = unit_rows(bank)
     queries = sparse.random(7, 60, density=0.15, random_state=2, dtype="float32").tolil()
-    queries[0, :] = 0.0  # no n-gram in common with any training text: the novelty is -1
+    queries[0, :] = 0.0  # no n-gram at all: the novelty is -1
     queries[1, :] = bank[3].toarray() * 2.0  # a bank row's own vector, scaled (unit_rows scales it back)
+    queries[2, :50], queries[2, 55] = 0.0, 1.0  # n-grams, none in the bank: -1 too
     queries = sparse.csr_matrix(queries)
     coo = queries.tocoo()
     features = tf.SparseTensor(np.stack([coo.row, coo.col], axis=1).astype("int64"), coo.data, queries.shape)
     for k in (3, 50):
         novelty = TfidfNovelty(None, bank, k)
         expected = -kth_cosine_distance(unit_rows(queries), bank, k)
-        assert expected[0] == -1.0
+        assert expected[0] == expected[2] == -1.0
         np.testing.assert_allclose(tf_text_score(novelty)(features).numpy(), expected, rtol=0, atol=1e-6)
         g = OnnxGraph("test_")
         out = onnx_text_score(g, novelty, "features", "")

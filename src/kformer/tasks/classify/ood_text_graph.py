@@ -13,13 +13,25 @@ TF-IDF, L2-normalised, the blocks side by side), then:
   :mod:`~kformer.tasks.classify.ood_graph`).
 
 The bank stays sparse in both graphs (up to 20,000 rows by tens of thousands of n-gram columns, a
-few hundred nonzeros a row: dense it would be gigabytes). The similarities are sums over the
-bank's nonzeros of the bank's value times the query's value at that column: in TensorFlow a
-``SparseTensor`` bank times the dense unit queries ``(B, F)`` (``sparse_dense_matmul``); in ONNX,
-one query row at a time (``Scan``): ``Gather`` of the row at the bank's column indices, ``Mul`` by
-the bank's values, ``ScatterElements`` (``reduction="add"``: default-domain opset 16 or later)
-into the bank's rows, ``TopK`` -- so no ``(B, nonzeros)`` product is held at once. Float32 sums of
-at most a few hundred products of unit-row entries: the similarities match SciPy's to about 1e-7.
+few hundred nonzeros a row: dense it would be gigabytes). A similarity is a sum over the n-grams
+a text and a bank row share:
+
+* TensorFlow: the bank a ``SparseTensor`` ``(N, F)`` (:func:`bank_coordinates`) times the dense
+  unit texts ``(B, F)`` (``sparse_dense_matmul``): every bank nonzero times the batch, in one
+  multithreaded kernel, holding ``(N, B)`` and ``(B, F)``;
+* ONNX: a text at a time under ``Scan``, only one text's matches held. The bank is kept by
+  column (:func:`bank_columns`); the text's nonzero columns (``NonZero``) pick their slices of
+  the bank, laid end to end (``CumSum``), whose values times the text's are added into their
+  bank rows (``ScatterElements`` with ``reduction="add"``: opset 16 or later): work in
+  proportion to the matches, not to all the bank's nonzeros.
+
+Then ``TopK``. Measured on a random 20,000-row bank of 200 nonzeros a row (50,000 columns), 64
+texts, beside other work on 2 cores (ONNX Runtime on one thread): TensorFlow 0.7 s; ONNX 0.06 s
+with columns drawn uniformly, 2.2 s with Zipf-distributed columns (common n-grams: some 680,000
+matches a text), against 3.2 s either way gathering each text at every bank nonzero (Gather, Mul,
+ScatterElements per row); SciPy 0.1-0.2 s.
+Float32 sums of at most a few hundred products of unit-row entries: the similarities match
+SciPy's to about 1e-7.
 """
 
 from __future__ import annotations
@@ -55,6 +67,16 @@ def bank_coordinates(bank) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return rows, bank.indices.astype("int32"), bank.data.astype("float32")
 
 
+def bank_columns(bank) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(starts, rows, values)`` of a SciPy ``bank`` ``(N, F)`` by column (CSC): column ``f``'s
+    nonzeros are ``rows[starts[f]:starts[f + 1]]`` (int32, bank rows ascending) with ``values``
+    (float32) alike; ``starts`` ``(F + 1,)`` int64. 12 bytes a nonzero in the graph."""
+    from scipy import sparse
+
+    bank = sparse.csc_matrix(bank).sorted_indices()
+    return bank.indptr.astype("int64"), bank.indices.astype("int32"), bank.data.astype("float32")
+
+
 # --- TensorFlow (SavedModel) ----------------------------------------------------------------------
 
 
@@ -72,7 +94,8 @@ def tf_text_score(score):
             rows, columns, values = bank_coordinates(novelty.bank)
             self.kind, self.shape = score.kind, tuple(int(n) for n in novelty.bank.shape)  # (N, F)
             self.k = min(int(novelty.k), self.shape[0])
-            self.bank_indices = tf.Variable(np.stack([rows, columns], axis=1), trainable=False, name="bank_indices")  # int32
+            self.bank_indices = tf.Variable(np.stack([rows, columns], axis=1), trainable=False,
+                                            name="bank_indices")  # (nnz, 2) int32: cast to int64 when used
             self.bank_values = tf.Variable(values, trainable=False, name="bank_values")
             self.terms = combined_terms(score) if score.kind == COMBINED else None
 
@@ -137,23 +160,24 @@ def _onnx_novelty(g, novelty, features: str) -> str:
 
 
 def _onnx_row_body(prefix: str, novelty):
-    """The ``Scan`` body: one unit row ``(F,)`` -> ``s_k - 1`` (a scalar), the bank's arrays its
-    initializers: Gather the row at the bank's columns ``(nnz,)``, Mul by its values,
-    ScatterElements-add into zeros ``(N,)`` at its rows, TopK."""
+    """The ``Scan`` body: one unit row ``(F,)`` -> ``s_k - 1`` (a scalar), the bank's columns
+    (:func:`bank_columns`) its initializers."""
     from onnx import TensorProto, helper
 
     from kformer.tasks.classify.wide_graph import OnnxGraph
 
-    rows, columns, values = bank_coordinates(novelty.bank)
-    count = int(novelty.bank.shape[0])
-    k = min(int(novelty.k), count)
     body = OnnxGraph(f"{prefix}novelty_row_")
     row = body.name("row")
-    products = body.op("Mul", [body.op("Gather", [row, body.const(columns, "bank_columns")], axis=0),
-                               body.const(values, "bank_values")], "products")
+    starts, rows, values = (body.const(array, name) for array, name in
+                            zip(bank_columns(novelty.bank), ("bank_starts", "bank_rows", "bank_values"), strict=True))
+    owner, entries, row_values = _onnx_matches(body, row, starts)
+    count = int(novelty.bank.shape[0])
+    products = body.op("Mul", [body.op("Gather", [row_values, owner], axis=0),
+                               body.op("Gather", [values, entries], axis=0)], "products")
     similarity = body.op("ScatterElements", [body.const(np.zeros(count, dtype="float32"), "zeros"),
-                                             body.const(rows, "bank_rows"), products],
-                         "similarity", axis=0, reduction="add")  # (N,)
+                                             body.op("Gather", [rows, entries], axis=0), products],
+                         "similarity", axis=0, reduction="add")  # (N,): added into each entry's bank row
+    k = min(int(novelty.k), count)
     top = body.name("top")
     body.nodes.append(helper.make_node("TopK", [similarity, body.const(np.array([k], dtype="int64"), "k")],
                                        [top, body.name("top_rows")], axis=0))  # (k,) largest first
@@ -162,3 +186,34 @@ def _onnx_row_body(prefix: str, novelty):
     return helper.make_graph(body.nodes, f"{prefix}novelty_row",
                              [helper.make_tensor_value_info(row, TensorProto.FLOAT, [None])],
                              [helper.make_tensor_value_info(out, TensorProto.FLOAT, [])], body.initializers)
+
+
+def _onnx_matches(body, row: str, starts: str) -> tuple[str, str, str]:
+    """Nodes: a row ``(F,)`` and the bank's column ``starts`` ``(F + 1,)`` (:func:`bank_columns`)
+    -> ``(owner, entries, values)``. The row's ``Q`` nonzero columns that some bank row has are
+    kept; for each of the ``M`` bank nonzeros in them, ``owner`` ``(M,)`` is its column's index
+    among the kept ones and ``entries`` ``(M,)`` its index in the bank's column-major arrays;
+    ``values`` ``(Q,)`` are the row's at the kept columns. The kept columns' slices are laid end
+    to end: each slice's first position is marked 1, the running sum of the marks minus 1 is a
+    position's owner, and its entry is its slice's start plus its place in the slice."""
+    from onnx import TensorProto, helper
+
+    def gather(data: str, indices: str) -> str:
+        return body.op("Gather", [data, indices], axis=0)
+
+    def filled(like: str, value: int) -> str:  # int64 ``value`` in the shape of ``like``
+        return body.op("ConstantOfShape", [body.op("Shape", [like])],
+                       value=helper.make_tensor("value", TensorProto.INT64, [1], [value]))
+
+    columns = body.op("Reshape", [body.op("NonZero", [row]), body.const(np.array([-1], dtype="int64"))], "columns")
+    first = gather(starts, columns)
+    lengths = body.op("Sub", [gather(starts, body.op("Add", [columns, body.const(np.int64(1))])), first])
+    kept = body.op("Greater", [lengths, body.const(np.int64(0))])
+    columns, first, lengths = (body.op("Compress", [value, kept], axis=0) for value in (columns, first, lengths))
+    offsets = body.op("CumSum", [lengths, body.const(np.int64(0))], "offsets", exclusive=1)  # (Q,)
+    positions = body.op("Range", [body.const(np.int64(0)), body.op("ReduceSum", [lengths], keepdims=0),
+                                  body.const(np.int64(1))], "positions")  # (M,)
+    marks = body.op("ScatterElements", [filled(positions, 0), offsets, filled(offsets, 1)], "marks", axis=0)
+    owner = body.op("Sub", [body.op("CumSum", [marks, body.const(np.int64(0))]), body.const(np.int64(1))], "owner")
+    entries = body.op("Add", [gather(first, owner), body.op("Sub", [positions, gather(offsets, owner)])], "entries")
+    return owner, entries, gather(row, columns)

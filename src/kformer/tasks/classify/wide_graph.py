@@ -283,19 +283,7 @@ def add_onnx_outputs(model, labels: list[str], wide: Mix | None, distance: bool 
     best = g.op("ArgMax", ["probabilities"], "best", axis=1, keepdims=0)
     g.nodes.append(helper.make_node("Gather", [g.const(np.array(labels, dtype=object), "label_names"), best],
                                     ["labels"], axis=0))
-    score = "ood_score"
-    if distance and text_score is not None:
-        score = "network_ood_score"
-        rename_value(graph, "ood_score", score)
-    elif not distance:
-        score = g.op("ReduceMax", ["probabilities"], "best_probability", axes=[1], keepdims=0)
-    if text_score is not None:
-        from kformer.tasks.classify.ood_text_graph import onnx_text_score, require_opset
-
-        require_opset(model)
-        score = onnx_text_score(g, text_score, features, score)
-    if score != "ood_score":
-        g.nodes.append(helper.make_node("Identity", [score], ["ood_score"]))
+    _onnx_score(model, g, distance, text_score, features)
     graph.node.extend(g.nodes)
     graph.initializer.extend(g.initializers)
     classes = graph.output[0].type.tensor_type.shape.dim[-1].dim_value or None
@@ -305,3 +293,26 @@ def add_onnx_outputs(model, labels: list[str], wide: Mix | None, distance: bool 
                          helper.make_tensor_value_info("ood_score", TensorProto.FLOAT, [None])])
     have = {item.domain for item in model.opset_import}
     model.opset_import.extend(helper.make_opsetid(d, v) for d, v in ONNX_DOMAINS.items() if d not in have)
+
+
+def _onnx_score(model, g: OnnxGraph, distance: bool, text_score, features: str | None) -> None:
+    """Nodes of ``g`` giving ``ood_score`` ``(B,)``: the converted ``model``'s distance (with
+    ``distance``; renamed ``network_ood_score`` where ``text_score`` reads it) or the best of the
+    final ``probabilities``, and with ``text_score`` that score of the wide ``features`` and of it."""
+    from onnx import helper
+
+    from kformer.models.export_plan import rename_value
+
+    score = "ood_score"
+    if distance and text_score is not None:
+        score = "network_ood_score"
+        rename_value(model.graph, "ood_score", score)
+    elif not distance:
+        score = g.op("ReduceMax", ["probabilities"], "best_probability", axes=[1], keepdims=0)
+    if text_score is not None:
+        from kformer.tasks.classify.ood_text_graph import onnx_text_score, require_opset
+
+        require_opset(model)
+        score = onnx_text_score(g, text_score, features, score)
+    if score != "ood_score":
+        g.nodes.append(helper.make_node("Identity", [score], ["ood_score"]))
