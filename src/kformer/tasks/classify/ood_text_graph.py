@@ -147,16 +147,21 @@ def onnx_text_score(g, score, features: str, network: str) -> str:
 
 def _onnx_novelty(g, novelty, features: str) -> str:
     """Nodes: features ``(B, F)`` -> ``s_k - 1`` ``(B,)``, each row scaled to unit length and
-    scored by :func:`_onnx_row_body` under a ``Scan`` (one row at a time)."""
-    from onnx import helper
+    scored by :func:`_onnx_row_body` under a ``Scan`` (one row at a time). A zero row is appended
+    and its score dropped: ONNX Runtime's Scan fails on an empty batch."""
+    from onnx import TensorProto, helper
 
     norm = g.op("Sqrt", [g.op("ReduceSum", [g.op("Mul", [features, features]),
                                             g.const(np.array([1], dtype="int64"))], keepdims=1)])
     unit = g.op("Div", [features, g.op("Max", [norm, g.const(np.float32(MIN_SCALE))])], "unit_features")
-    out = g.name("novelty")
-    g.nodes.append(helper.make_node("Scan", [unit], [out], body=_onnx_row_body(g.prefix, novelty),
+    width = np.array([1, novelty.bank.shape[1]], dtype="int64")
+    padded = g.op("Concat", [unit, g.op("ConstantOfShape", [g.const(width, "pad_shape")],
+                                        value=helper.make_tensor("zero", TensorProto.FLOAT, [1], [0.0]))], axis=0)
+    scanned = g.name("novelty_padded")
+    g.nodes.append(helper.make_node("Scan", [padded], [scanned], body=_onnx_row_body(g.prefix, novelty),
                                     num_scan_inputs=1))
-    return out
+    return g.op("Slice", [scanned, g.const(np.array([0], dtype="int64")), g.const(np.array([-1], dtype="int64"))],
+                "novelty")
 
 
 def _onnx_row_body(prefix: str, novelty):
