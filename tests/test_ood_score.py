@@ -166,11 +166,11 @@ def test_auto_takes_the_score_validation_separates_best(tmp_path):
 
 
 def test_the_graphs_tfidf_novelty_is_the_kth_cosine_distance_to_the_sparse_bank():
-    """The TF-IDF novelty as graph operations -- the bank by column, each text nonzero's column
-    slice added into the bank rows' similarities (TensorFlow: the batch at once; ONNX Runtime: a
-    row at a time under Scan), then TopK -- against SciPy's kth_cosine_distance on a random sparse
-    bank: an empty text, one whose n-grams no bank row has, a bank row's own vector; k over the
-    rows; an empty batch."""
+    """The TF-IDF novelty as graph operations -- TensorFlow: the SparseTensor bank times the batch;
+    ONNX Runtime: a text at a time under Scan, its n-grams' slices of the bank by column added
+    into the bank rows; then TopK -- against SciPy's kth_cosine_distance on a random sparse bank:
+    an empty text, one whose n-grams no bank row has, a bank row's own vector; k over the rows;
+    an empty batch."""
     import onnx
     import onnxruntime as ort
     import tensorflow as tf
@@ -206,7 +206,8 @@ def test_the_graphs_tfidf_novelty_is_the_kth_cosine_distance_to_the_sparse_bank(
         session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         np.testing.assert_allclose(session.run(None, {"features": queries.toarray()})[0], expected, rtol=0, atol=1e-6)
     none = tf.SparseTensor(np.zeros((0, 2), dtype="int64"), np.zeros(0, dtype="float32"), (0, 60))  # an empty batch
-    assert tf_text_score(novelty)(none).shape == session.run(None, {"features": np.zeros((0, 60), "float32")})[0].shape == (0,)
+    nothing = session.run(None, {"features": np.zeros((0, 60), dtype="float32")})[0]
+    assert tf_text_score(novelty)(none).shape == nothing.shape == (0,)
 
 
 # --- a tiny classifier with one intent held out of training -------------------------------------------
