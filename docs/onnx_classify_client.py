@@ -4,9 +4,9 @@ library), no kformer: it tokenises as ``metadata.json["tokenizer"]`` says.
     python docs/onnx_classify_client.py EXPORT_DIR "my laptop screen is broken" "refund please"
 
 EXPORT_DIR is what ``kformer export MODEL_DIR --format onnx --out EXPORT_DIR`` wrote for a
-classifier: ``model.onnx`` (``token_ids`` -- and ``texts`` when the model mixes in its wide n-gram
-part, which runs inside the graph -- to ``probabilities``, ``labels`` and ``ood_score``, the
-score the calibrated threshold applies to), ``vocab.txt``,
+classifier: ``model.onnx`` (``token_ids`` -- and ``texts`` when the model's wide n-gram part runs
+inside the graph: mixed in, or read by the ``tfidf`` or ``combined`` score -- to ``probabilities``,
+``labels`` and ``ood_score``, the score the calibrated threshold applies to), ``vocab.txt``,
 ``labels.txt`` and ``metadata.json``. ONNX has no operator for the Unicode normalisation and the
 word splitting kformer's tokenizers do, so they are here: kformer's word tokenizer (``kind``
 ``word``) and KerasHub's WordPiece (``wordpiece``; ``bert`` adds ``[CLS]``/``[SEP]``). The answers
@@ -128,7 +128,7 @@ class OnnxClassifier:
         """Class probabilities (texts, classes) and in-scope scores (texts,): the best probability,
         or minus a distance of the text's vector (``metadata.json["ood"]`` says which)."""
         feed = {"token_ids": self.token_ids(texts)}
-        if self.meta.get("wide"):  # the wide n-gram part reads the texts, cut to its length, in the graph
+        if self.meta.get("wide"):  # the wide n-gram part reads the texts (cut to its length) in the graph
             feed["texts"] = np.array([text[: self.meta["wide"]["max_chars"]] for text in texts], dtype=object)
         probabilities, scores = self.session.run(["probabilities", "ood_score"], feed)
         return probabilities, scores

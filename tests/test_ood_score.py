@@ -165,6 +165,51 @@ def test_auto_takes_the_score_validation_separates_best(tmp_path):
     assert f"({recorded[chosen['value']]:.3f})" in chosen["why"]
 
 
+def test_the_graphs_tfidf_novelty_is_the_kth_cosine_distance_to_the_sparse_bank():
+    """The TF-IDF novelty as graph operations -- TensorFlow: the SparseTensor bank times the batch;
+    ONNX Runtime: a text at a time under Scan, its n-grams' slices of the bank by column added
+    into the bank rows; then TopK -- against SciPy's kth_cosine_distance on a random sparse bank:
+    an empty text, one whose n-grams no bank row has, a bank row's own vector; k over the rows;
+    an empty batch."""
+    import onnx
+    import onnxruntime as ort
+    import tensorflow as tf
+    from onnx import TensorProto, helper
+    from scipy import sparse
+
+    from kformer.tasks.classify.ood_text import TfidfNovelty, kth_cosine_distance, unit_rows
+    from kformer.tasks.classify.ood_text_graph import onnx_text_score, tf_text_score
+    from kformer.tasks.classify.wide_graph import OnnxGraph
+
+    bank = sparse.random(40, 60, density=0.15, random_state=1, dtype="float32").tolil()
+    bank[:, 50:] = 0.0  # n-grams no bank row has
+    bank = unit_rows(bank)
+    queries = sparse.random(7, 60, density=0.15, random_state=2, dtype="float32").tolil()
+    queries[0, :] = 0.0  # no n-gram at all: the novelty is -1
+    queries[1, :] = bank[3].toarray() * 2.0  # a bank row's own vector, scaled (unit_rows scales it back)
+    queries[2, :50], queries[2, 55] = 0.0, 1.0  # n-grams, none in the bank: -1 too
+    queries = sparse.csr_matrix(queries)
+    coo = queries.tocoo()
+    features = tf.SparseTensor(np.stack([coo.row, coo.col], axis=1).astype("int64"), coo.data, queries.shape)
+    for k in (3, 50):
+        novelty = TfidfNovelty(None, bank, k)
+        expected = -kth_cosine_distance(unit_rows(queries), bank, k)
+        assert expected[0] == expected[2] == -1.0
+        np.testing.assert_allclose(tf_text_score(novelty)(features).numpy(), expected, rtol=0, atol=1e-6)
+        g = OnnxGraph("test_")
+        out = onnx_text_score(g, novelty, "features", "")
+        model = helper.make_model(helper.make_graph(
+            g.nodes, "novelty", [helper.make_tensor_value_info("features", TensorProto.FLOAT, [None, 60])],
+            [helper.make_tensor_value_info(out, TensorProto.FLOAT, [None])], g.initializers),
+            opset_imports=[helper.make_opsetid("", 17)])
+        onnx.checker.check_model(model)
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        np.testing.assert_allclose(session.run(None, {"features": queries.toarray()})[0], expected, rtol=0, atol=1e-6)
+    none = tf.SparseTensor(np.zeros((0, 2), dtype="int64"), np.zeros(0, dtype="float32"), (0, 60))  # an empty batch
+    nothing = session.run(None, {"features": np.zeros((0, 60), dtype="float32")})[0]
+    assert tf_text_score(novelty)(none).shape == nothing.shape == (0,)
+
+
 # --- a tiny classifier with one intent held out of training -------------------------------------------
 
 
@@ -403,15 +448,14 @@ def test_layer_wise_mahalanobis_is_computed_alike_by_both_exports_and_the_onnx_r
     assert metadata["onnx"]["ood"]["score"] == LAYERS and "encoder blocks" in metadata["onnx"]["ood"]["units"]
 
 
-def test_tfidf_and_combined_scores_live_in_the_folder_and_refuse_export(ood_folder, tmp_path, capsys):
+def test_tfidf_and_combined_scores_live_in_the_folder_and_both_exports(ood_folder, tmp_path):
     """A wide part (here of weight 0: the probabilities stay the network's) brings the TF-IDF
     novelty; combined adds it, standardised, to the layer-wise distance. Both are kept in ood/
-    without pickle, read back with the folder's wide part, and computed on every runtime; an export
-    refuses them in one line rather than compute another score."""
-    from export_helpers import assert_same_routes
+    without pickle, read back with the folder's wide part, and computed on every runtime; both
+    exports compute the combined score in their graph (the texts input taken for the novelty
+    alone, nothing mixed in), within 1e-4 of the folder's, and route as it routes."""
+    from export_helpers import assert_same_routes, check_classifier_exports
 
-    from kformer.errors import Unsupported
-    from kformer.export import export
     from kformer.tasks.classify import load, wide_fit
     from kformer.tasks.classify.ood import LAYERS
     from kformer.tasks.classify.ood_text import COMBINED, combine, fit_tfidf
@@ -442,17 +486,44 @@ def test_tfidf_and_combined_scores_live_in_the_folder_and_refuse_export(ood_fold
     assert_same_routes([a["label"] for a in onnx], [a["label"] for a in loaded.predict(asked)], scores,
                        loaded.threshold, 1e-4, probabilities=loaded.probabilities(asked), least=0.9)
 
-    with pytest.raises(Unsupported, match="combined") as refused:
-        export(folder, tmp_path / "exported", "onnx")
-    assert len(str(refused.value).splitlines()) == 1 and not (tmp_path / "exported").exists()
-    capsys.readouterr()
-    assert main(["export", str(folder), "--format", "saved_model", "--out", str(tmp_path / "sm")]) != 0
-    err = capsys.readouterr().err.strip()
-    assert "combined" in err and len(err.splitlines()) == 1
+    metadata = check_classifier_exports(folder, asked + texts[:6], tmp_path / "exports")
+    for exported in metadata.values():
+        assert exported["ood"]["score"] == COMBINED and exported["ood"]["network"] == LAYERS
+        assert exported["wide"]["weight"] == 0.0  # read for the novelty, not mixed in
+
+
+@pytest.mark.parametrize("kind", ["tfidf", "combined"])
+def test_text_scores_beside_a_mixed_wide_part_are_computed_alike_by_both_graphs(ood_folder, tmp_path, kind):
+    """With the wide part mixed in (weight 0.5), the TF-IDF novelty, and combined on the best
+    probability -- of the MIXED probabilities, as the folder reads it --, computed alike by the
+    folder and by both export graphs (one pass of the wide part's features feeding the mix and
+    the score). The graphs' numbers only (check_classifier_graphs): saving, loading and serving
+    an export of a text score are the previous test's."""
+    from export_helpers import check_classifier_graphs
+
+    from kformer.tasks.classify import load, wide_fit
+    from kformer.tasks.classify.ood_text import combine, fit_tfidf
+    from kformer.tasks.classify.wide import Mix
+
+    classifier = load(ood_folder)
+    texts, labels = (list(column) for column in zip(*_rows(40, 1, INTENTS.items()), strict=True))
+    part = wide_fit.fit(texts, labels, classifier.labels)
+    mix = Mix(part, 0.5)
+    mixed = mix(classifier.probabilities(texts), texts)
+    tfidf = fit_tfidf(part, texts)
+    score = tfidf if kind == "tfidf" else combine(None, mixed.max(axis=1), tfidf)
+    folder = _with_score(ood_folder, tmp_path / kind, score, wide=mix.manifest(),
+                         threshold=float(np.median(score.of(mixed, None, texts))))
+    part.save(folder)
+    loaded = load(folder)
+    assert loaded.ood_kind == kind and loaded.wide.weight == 0.5
+    assert getattr(loaded.ood, "network", None) is None  # combined: on the best probability
+    in_scope, held_out = _texts()
+    check_classifier_graphs(folder, [t for t, _ in in_scope] + held_out + texts[:6], tmp_path / "graphs")
 
 
 def test_auto_compares_every_score_the_classifier_can_have(ood_folder):
-    """With a wide part, auto's comparison on validation spans the four scores exports carry, from
+    """With a wide part, auto's comparison on validation spans the four network scores, from
     one network pass each over the training, validation and out-of-scope texts, and keeps the
     highest AUROC; combined, asked for by name, takes the best weight of its grid and the best
     network score; a refitted wide part gets a novelty of its own columns, the combined weight and
@@ -473,7 +544,7 @@ def test_auto_compares_every_score_the_classifier_can_have(ood_folder):
     score, choice = fit_ood(base, ClassifyConfig(calibrate=True), LabelledTexts(texts, labels, "train"), 64, valid,
                             outside, auto=True)
     aurocs = choice["auroc"]
-    assert list(aurocs) == ["probability", "mahalanobis", "knn", "mahalanobis_layers"]  # what exports carry
+    assert list(aurocs) == ["probability", "mahalanobis", "knn", "mahalanobis_layers"]  # not tfidf or combined
     assert choice["score"] == max(aurocs, key=aurocs.get) and (score is None) == (choice["score"] == "probability")
     scored = base.with_parts(wide=base.wide, threshold=None, ood=score)  # the kept score is the one compared
     assert auroc(scored.scored(valid.texts)[1], scored.scored(outside.texts)[1]) == pytest.approx(

@@ -338,7 +338,7 @@ class Classifier(TaskModel):
 
     def export_plan(self):
         """token ids -> probabilities, and raw texts -> probabilities and labels where the
-        tokenizer runs in a graph (:mod:`kformer.tasks.classify.export`); refused with a wide part."""
+        tokenizer runs in a graph (:mod:`kformer.tasks.classify.export`)."""
         from kformer.tasks.classify.export import classifier_plan
 
         return classifier_plan(self)

@@ -106,8 +106,8 @@ def fit_ood(classifier, config, train, batch_size: int, valid, out_of_scope, *,
     rows = seen(classifier, train.texts, batch_size)
     index = {label: i for i, label in enumerate(classifier.labels)}
     label_ids = np.array([index[label] for label in train.labels])
-    # auto compares only what exports carry: the TF-IDF novelty (and so combined) is not in the graph
-    # yet, and a folder auto made must export; they are there when asked for by name
+    # auto compares the network scores only: the TF-IDF novelty and combined are fitted when asked for
+    # by name (the choice made when exports could not carry them, kept until benchmarked for auto)
     fitting = tuple(k for k in kinds if k not in (TFIDF, COMBINED)) if compare else (
         kinds if wanted == COMBINED else (wanted,))
     fitted: dict[str, Any] = {PROBABILITY: None,

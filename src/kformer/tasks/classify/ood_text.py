@@ -13,9 +13,9 @@
   (ties: the smaller ``w``). ``kformer.json["ood"]`` records ``w``, the two standardisations and
   the network score's own entry.
 
-Both are oriented as every score is (higher = more in scope). They need the texts and a wide part,
-so they run in NumPy beside the network on every runtime; exports refuse them
-(:func:`check_exportable`).
+Both are oriented as every score is (higher = more in scope). They need the texts and a wide part:
+a model folder computes them in NumPy/SciPy beside the network on every runtime, and an export in
+its graph, from the texts it then takes (:mod:`kformer.tasks.classify.ood_text_graph`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from kformer.errors import CorruptModel, Unsupported
+from kformer.errors import CorruptModel
 from kformer.tasks.classify.ood import (
     MIN_SCALE,
     PROBABILITY,
@@ -218,15 +218,6 @@ def refit_tfidf(score, part, texts):
     tfidf = fit_tfidf(part, texts, score.tfidf.k)
     centre, scale = standardise(tfidf.training_scores())
     return dataclasses.replace(score, tfidf=tfidf, centre=(score.centre[0], centre), scale=(score.scale[0], scale))
-
-
-def check_exportable(score) -> None:
-    """Unsupported (one line) for a score that reads the text's TF-IDF vector: no graph computes it yet."""
-    if getattr(score, "kind", None) in SCORES:
-        raise Unsupported(f"the out-of-scope score {score.kind} reads the wide part's TF-IDF vectors against a bank "
-                          "of training texts, which no export computes yet: serve the model folder (any runtime), or "
-                          "retrain with --ood-score probability, mahalanobis, knn or mahalanobis_layers to export",
-                          field="model_dir")
 
 
 def load_ood(folder: str | os.PathLike, entry: Any, wide=None):

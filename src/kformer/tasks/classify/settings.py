@@ -135,8 +135,7 @@ class ClassifyConfig(TaskSettings):
         "5th nearest of at most 20,000 training texts') or combined (with the wide part: the network score "
         "validation picks and the tfidf novelty, standardised on the training texts, added with a weight on the "
         "novelty of 0, .25, .5, .75 or 1 chosen by validation AUROC); the statistics of the training texts are kept "
-        "in the folder's ood/; every runtime computes the same score, and exports the network scores (not tfidf or "
-        "combined)")
+        "in the folder's ood/; every runtime and both export formats compute the same score")
     precision: Literal["float32", "mixed_bfloat16"] = setting(
         "float32", "training", "mixed_bfloat16: compute in bfloat16 (weights and outputs stay float32); see bench/precision.py")
 
