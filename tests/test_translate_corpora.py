@@ -51,8 +51,8 @@ def test_a_folder_is_every_pair_file_under_it_named_by_its_path(data_folder):
     corpora = find_corpora(data_folder)
     assert [c.name for c in corpora] == ["en-ta-bible", "en-ta-nlpc-uom", "en-ta-nlpc-uom/glossary", "en-ta-tico19"]
     assert all(c.weight is None and c.tag is None for c in corpora)
-    one = find_corpora(data_folder / "en-ta-nlpc-uom")  # a corpus folder itself: its generic file takes its name
-    assert [c.name for c in one] == ["en-ta-nlpc-uom", "glossary"]
+    one = find_corpora([data_folder / "en-ta-nlpc-uom", data_folder / "en-ta-tico19"])  # corpus folders themselves
+    assert [c.name for c in one] == ["en-ta-nlpc-uom", "en-ta-nlpc-uom/glossary", "en-ta-tico19"]
 
 
 def test_several_files_comma_separated_or_listed(tmp_path):

@@ -12,7 +12,8 @@
 A corpus found in a folder is named by its path relative to that folder without suffixes, a
 generic file stem (a language pair such as ``en-ta``) dropped:
 ``en-ta-bible/en-ta.tsv.gz`` -> ``en-ta-bible``, ``en-ta-nlpc-uom/glossary.tsv`` ->
-``en-ta-nlpc-uom/glossary``. A file given alone is named by its stem the same way (its folder's
+``en-ta-nlpc-uom/glossary``; a file right in the folder given is named from the folder above it,
+so ``--data en-ta-nlpc-uom`` names its two files the same way. A file given alone is named by its stem the same way (its folder's
 name when the stem is generic). Every problem is a one-line :class:`~kformer.errors.BadInput`
 naming the field at fault (``data``, ``data.corpus[2].weight``, ...).
 """
@@ -132,7 +133,9 @@ def _folder(folder: Path) -> list[Corpus]:
                 or any(part.startswith(".") for part in relative.parts)
                 or not path.name.lower().endswith(PAIR_SUFFIXES)):
             continue
-        found.append(Corpus(corpus_name(relative, folder.resolve().name), path))
+        if len(relative.parts) == 1:  # directly in the folder given: named as from the folder above
+            relative = PurePath(folder.resolve().name) / relative
+        found.append(Corpus(corpus_name(relative), path))
     return found
 
 
