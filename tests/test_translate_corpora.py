@@ -166,8 +166,10 @@ def test_the_mix_chooses_weights_only_when_none_are_given():
     assert auto.weights_why and auto.weights[0] < 1 < auto.weights[1] and auto.tags == []
     given = domains.corpus_mix([Corpus("a", weight=3.0), Corpus("b")], train, tags_on=False)
     assert given.weights == (3.0, 1.0) and given.weights_why is None
+    assert len(domains.epoch_rows(given, train, seed=0)) == 93  # what the auto rules size the run by
     alone = domains.corpus_mix([Corpus("a")], train[:30], tags_on=False)
     assert alone.weights is None and alone.weights_why is None  # one corpus: every pair once, as always
+    assert list(domains.epoch_rows(alone, train[:30], seed=0)) == list(range(30))
     assert list(auto.groups(train[28:])) == [0, 0, 1, 1, 1]
 
 

@@ -80,6 +80,16 @@ def corpus_mix(corpora: Sequence[Corpus], train, tags_on: bool) -> CorpusMix:
     return CorpusMix(settled, why)
 
 
+def epoch_rows(mix: CorpusMix, train, seed: int) -> np.ndarray:
+    """The training pairs (indices into ``train``) of one epoch as the weights draw it: every pair
+    once without weights (what the ``auto`` rules over the encoded pairs measure)."""
+    from kformer.data.pair_batches import weighted_draw
+
+    if mix.weights is None:
+        return np.arange(len(train))
+    return weighted_draw(mix.groups(train), mix.weights, np.random.default_rng(seed))
+
+
 def records(mix: CorpusMix, splits: dict[str, list]) -> list[dict[str, Any]]:
     """What the folder records per corpus: name, file, training pairs, weight, tag, and the pairs
     of each split (``splits``: ``{"train": pairs, "valid": ..., "test": ...}``)."""

@@ -231,7 +231,9 @@ def prepare(config: TranslateConfig, train_pairs: list[Pair], valid_pairs: list[
     sources = domains.tagged(source_vocab, source_vocab.encode([p.source for p in train]),
                              domains.training_tags(mix, train, tags, config.seed))
     targets = target_vocab.encode([p.target for p in train])
-    config, auto = RULES.resolve(config, EncodedStats.of(sources, targets), auto, phase="encoded")
+    epoch = domains.epoch_rows(mix, train, config.seed)  # the rules size the run by what an epoch trains on
+    config, auto = RULES.resolve(config, EncodedStats.of([sources[i] for i in epoch], [targets[i] for i in epoch]), auto,
+                                 phase="encoded")
     if encoder is not None and config.max_length > pretrained.longest_source(encoder):
         config = replace(config, max_length=pretrained.longest_source(encoder))  # the backbone's position table
     rows = fitting_rows(sources, targets, config.max_length)
