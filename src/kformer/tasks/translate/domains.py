@@ -61,6 +61,15 @@ class CorpusMix:
         """The tag of ``pair``'s corpus (None for a neutral pair or with tags off)."""
         return next((corpus.tag for corpus in self.corpora if corpus.name == pair.corpus), None)
 
+    def record_weights(self, auto) -> None:
+        """Put ``auto``'s choice of weights, when it made one, in the run's ``auto`` choices
+        (the settings line and ``metrics.json["auto"]["corpus_weights"]``)."""
+        from kformer.tasks.translate.auto import CORPUS_WEIGHTS_RULE
+
+        if self.weights_why:
+            auto.chosen["corpus_weights"] = {"value": {corpus.name: corpus.weight for corpus in self.corpora},
+                                             "why": self.weights_why, "rule": CORPUS_WEIGHTS_RULE}
+
 
 def corpus_mix(corpora: Sequence[Corpus], train, tags_on: bool) -> CorpusMix:
     """The run's :class:`CorpusMix` for its ``train`` pairs (each naming its corpus)."""
@@ -140,6 +149,11 @@ def _token_id(vocab, token: str) -> int | None:
         return None if token_id == processor.unk_id() else int(token_id)
     tokens = list(vocab.tokens)
     return tokens.index(token) if token in tokens else None
+
+
+def encode_sources(vocab, pairs, tag_ids: Sequence[int | None]) -> list[list[int]]:
+    """The ids of the pairs' sources in ``vocab``, each led by its tag id (:func:`tagged`)."""
+    return tagged(vocab, vocab.encode([pair.source for pair in pairs]), tag_ids)
 
 
 def tagged(vocab, sources: list[list[int]], tag_ids: Sequence[int | None]) -> list[list[int]]:

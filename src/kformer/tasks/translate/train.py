@@ -21,7 +21,7 @@ from kformer.errors import BadInput, CorruptModel
 from kformer.tasks import skeleton
 from kformer.tasks.state import STATE_FILE, ResumeState
 from kformer.tasks.translate import domains, pretrained
-from kformer.tasks.translate.auto import CORPUS_WEIGHTS_RULE, RULES, decode_length_rule, describe
+from kformer.tasks.translate.auto import RULES, decode_length_rule, describe
 from kformer.tasks.translate.batches import (
     EncodedPairs,
     batch_plan,
@@ -223,13 +223,10 @@ def prepare(config: TranslateConfig, train_pairs: list[Pair], valid_pairs: list[
     else:
         auto = AutoChoices(saved.auto)
         source_vocab, target_vocab = _saved_vocabularies(saved)
-    if mix.weights_why:
-        auto.chosen["corpus_weights"] = {"value": {c.name: c.weight for c in mix.corpora}, "why": mix.weights_why,
-                                         "rule": CORPUS_WEIGHTS_RULE}
+    mix.record_weights(auto)
     vocab_seconds = time.monotonic() - started
     tags = domains.tag_table(source_vocab, mix.tags)
-    sources = domains.tagged(source_vocab, source_vocab.encode([p.source for p in train]),
-                             domains.training_tags(mix, train, tags, config.seed))
+    sources = domains.encode_sources(source_vocab, train, domains.training_tags(mix, train, tags, config.seed))
     targets = target_vocab.encode([p.target for p in train])
     epoch = domains.epoch_rows(mix, train, config.seed)  # the rules size the run by what an epoch trains on
     config, auto = RULES.resolve(config, EncodedStats.of([sources[i] for i in epoch], [targets[i] for i in epoch]), auto,
@@ -238,9 +235,8 @@ def prepare(config: TranslateConfig, train_pairs: list[Pair], valid_pairs: list[
         config = replace(config, max_length=pretrained.longest_source(encoder))  # the backbone's position table
     rows = fitting_rows(sources, targets, config.max_length)
     kept = [sources[i] for i in rows], [targets[i] for i in rows]
-    valid_sources = domains.tagged(source_vocab, source_vocab.encode([p.source for p in valid]),
-                                   domains.held_out_tags(mix, valid, tags))
-    valid_ids = fitting(valid_sources, target_vocab.encode([p.target for p in valid]), config.max_length)
+    valid_ids = fitting(domains.encode_sources(source_vocab, valid, domains.held_out_tags(mix, valid, tags)),
+                        target_vocab.encode([p.target for p in valid]), config.max_length)
     if not kept[0] or not valid_ids[0]:
         side = "training" if not kept[0] else "validation"
         raise BadInput(f"no {side} pair fits {{field}} {config.max_length} subwords; raise it", field="max_length")
