@@ -186,7 +186,8 @@ def evaluate(args: argparse.Namespace, model) -> int:
     """``kformer evaluate MODEL_DIR --data PAIRS``: BLEU, chrF and exact match of the translations."""
     out = Path(args.out) if args.out else model.folder / "eval"
     scores = model.evaluate(args.data, beam=args.beam, batch_size=args.batch_size, out=out, limit=args.limit or None,
-                            max_repeat=_max_repeat(args), retrieval=getattr(args, "retrieval", "on") != "off")
+                            max_repeat=_max_repeat(args), retrieval=getattr(args, "retrieval", "on") != "off",
+                            domain=getattr(args, "domain", None))
     if args.json:
         print(json.dumps(scores))
     else:

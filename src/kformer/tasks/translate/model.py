@@ -350,10 +350,12 @@ class Translator(TaskModel):
         return scores, hypotheses
 
     def evaluate(self, data: PairData, *, beam: int = 1, batch_size: int = 64, out: str | os.PathLike | None = None,
-                 limit: int | None = None, max_repeat: int = MAX_REPEAT, retrieval: bool = True) -> dict:
+                 limit: int | None = None, max_repeat: int = MAX_REPEAT, retrieval: bool = True,
+                 domain: str | None = None) -> dict:
         """Scores (as :meth:`score`) of the translations of ``data`` (a pairs file or pairs in
         memory; the first ``limit`` only, when given). With ``out``, also writes
-        ``out/scores.json`` and ``out/translations.json`` (source, reference, translation)."""
+        ``out/scores.json`` and ``out/translations.json`` (source, reference, translation).
+        ``domain``: every source translated with that tag (:meth:`translate`)."""
         from kformer.artifacts import staged_folder, write_json_atomic
 
         check_decoding(beam, batch_size, max_repeat)
@@ -362,7 +364,7 @@ class Translator(TaskModel):
             at_least("limit", limit, 1)
             pairs = pairs[:limit]
         scores, hypotheses = self.score(pairs, beam=beam, batch_size=batch_size, max_repeat=max_repeat,
-                                        retrieval=retrieval)
+                                        retrieval=retrieval, domain=domain)
         if out is not None:
             with staged_folder(Path(out)) as stage:
                 write_json_atomic(stage / "scores.json", scores)
