@@ -285,6 +285,7 @@ def test_a_tagged_run_records_its_corpora_and_translates_by_domain(tiny, capsys)
     assert all(isinstance(text, str) for text in translator.translate(["one two"] * 2, domain=["alpha", None]))
     assert translator.predict(["three"], domain="second")[0]["translation"] is not None
     assert translator.evaluate([("one", "ஒன்று")], domain="alpha")["n"] == 1
+    assert translator.corpus_domains([Pair("a", "b", corpus="first"), Pair("a", "b")]) == ["alpha", None]
     with pytest.raises(BadInput, match="unknown domain 'news'; known: alpha, second"):
         translator.translate(["one"], domain="news")
     assert main(["translate", str(result.folder), "one", "--domain", "news"]) == 2

@@ -205,22 +205,31 @@ class Translator(TaskModel):
         decodes with it -- written into this model folder unless ``write`` is False. Its weights
         are chosen by greedy chrF on the first ``limit`` pairs of ``valid`` (validation pairs; never
         the test pairs), or, with ``lam`` given, set (``temperature`` default: the datastore's
-        typical distance; ``k`` default 8) without tuning."""
+        typical distance; ``k`` default 8) without tuning. With corpus tags, each source is keyed
+        with its corpus's tag, as training saw it (:meth:`corpus_domains`)."""
         from kformer.data.pairs import normalize_text
+        from kformer.tasks.translate.pairs import read_training_data
         from kformer.tasks.translate.retrieval import datastore_for
 
         at_least("limit", limit, 1)
-        pairs = read_pair_data(data, "data")
+        pairs = read_training_data(data, "data")[0]
         valid_pairs = read_pair_data(valid, "valid") if lam is None else []
         if lam is None and (temperature is not None or k is not None):
             raise BadInput("{field} must be given with temperature or k (they skip tuning)", field="lam")
-        store = datastore_for(self, self.encode_sources([p.source for p in pairs]),
+        store = datastore_for(self, self.encode_sources([p.source for p in pairs], self.corpus_domains(pairs)),
                               self.target_vocab.encode([normalize_text(p.target) for p in pairs]), valid_pairs,
                               limit, progress, lam=lam, temperature=temperature, k=k)
         if write:
             add_to_folder(self.folder, store)
             return load(self.folder)
         return self.with_retrieval(store)
+
+    def corpus_domains(self, pairs: Sequence[Pair]) -> list[str | None]:
+        """The tag of each pair's corpus, as this model's training recorded it (None: untagged)."""
+        if not self.manifest.get("tags"):
+            return [None] * len(pairs)
+        tags = {row.get("name"): row.get("tag") for row in self.manifest.get("corpora") or []}
+        return [tags.get(pair.corpus) for pair in pairs]
 
     def _knn(self, retrieval: bool):
         """``(knn tensors, k)`` for decoding (``(None, 0)``: without retrieval)."""
