@@ -31,7 +31,10 @@ def register(commands, train_tasks) -> None:
         "ignored; .gz is fine). Text is NFC-normalised; SentencePiece subword vocabularies are learned "
         "from the training side only. Settings come from --recipe, then the flags below.",
     )
-    train.add_argument("--data", required=True, metavar="PAIRS.tsv", help="training pairs, source<TAB>target per line")
+    train.add_argument("--data", required=True, metavar="PAIRS.tsv", help="training pairs, source<TAB>target per line; "
+                       "several corpora as A.tsv,B.tsv (comma-separated), a folder (every *.tsv/*.txt, .gz fine, under it, "
+                       "but *.meta.tsv and original/ folders), or a corpora.toml/.csv manifest giving each corpus's "
+                       "path, name, weight and tag (docs/translation.md, \"Several corpora\")")
     train.add_argument("--valid", metavar="FILE", help="validation pairs for early stopping (default: up to --valid-size "
                        "pairs held out of the training pairs by source sentence, as --test's)")
     train.add_argument("--test", metavar="FILE", help="test pairs scored after training (default: up to --holdout pairs held "
@@ -53,6 +56,8 @@ def register(commands, train_tasks) -> None:
     translate.add_argument("--max-repeat", type=int, default=None, metavar="N",
                            help="most copies of a word or of a span of up to 8 subwords in a row in a translation: "
                            "stops an undertrained model's loops (0 = no limit; default 3)")
+    translate.add_argument("--domain", metavar="TAG", help="a model trained with --corpus-tags: translate as the "
+                           "corpus of this tag does (default: neutral)")
     add_retrieval_switch(translate)
     translate.set_defaults(handler=translate_command)
     _register_retrieval(commands)
@@ -124,8 +129,8 @@ def retrieval_remove_command(args: argparse.Namespace) -> int:
 
 
 def default_out(data: str) -> Path:
-    """``runs/<name of the pairs file without extensions>``."""
-    return Path("runs") / Path(data).name.split(".")[0]
+    """``runs/<name of the (first) pairs file or folder without extensions>``."""
+    return Path("runs") / Path(data.split(",")[0].strip().rstrip("/\\")).name.split(".")[0]
 
 
 def train_command(args: argparse.Namespace) -> int:
@@ -154,8 +159,9 @@ def translate_command(args: argparse.Namespace) -> int:
     from kformer.folders import read_manifest
     from kformer.tasks import translate
 
-    read_manifest(args.model_dir, task="translate")  # the wrong folder, bad flags: before stdin and loading
+    manifest = read_manifest(args.model_dir, task="translate")  # the wrong folder, bad flags: before stdin and loading
     translate.check_decoding(args.beam, args.batch_size, _max_repeat(args))
+    translate.domain_names(manifest, args.domain, 1)
     if args.texts:
         texts = list(args.texts)
     elif sys.stdin is None or sys.stdin.isatty():
@@ -164,7 +170,7 @@ def translate_command(args: argparse.Namespace) -> int:
         texts = [line.rstrip("\r\n") for line in sys.stdin]
     translator = translate.load(args.model_dir)
     for answer in translator.predict(texts, beam=args.beam, batch_size=args.batch_size, max_repeat=_max_repeat(args),
-                                     retrieval=args.retrieval != "off"):
+                                     retrieval=args.retrieval != "off", domain=args.domain):
         print(answer["translation"])
     return 0
 
@@ -180,7 +186,8 @@ def evaluate(args: argparse.Namespace, model) -> int:
     """``kformer evaluate MODEL_DIR --data PAIRS``: BLEU, chrF and exact match of the translations."""
     out = Path(args.out) if args.out else model.folder / "eval"
     scores = model.evaluate(args.data, beam=args.beam, batch_size=args.batch_size, out=out, limit=args.limit or None,
-                            max_repeat=_max_repeat(args), retrieval=getattr(args, "retrieval", "on") != "off")
+                            max_repeat=_max_repeat(args), retrieval=getattr(args, "retrieval", "on") != "off",
+                            domain=getattr(args, "domain", None))
     if args.json:
         print(json.dumps(scores))
     else:

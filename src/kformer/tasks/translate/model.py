@@ -8,7 +8,9 @@ WordPiece vocabulary, and in ``kformer.json`` an ``encoder`` entry -- its weight
 ``model.keras``), ``metrics.json``, ``test_translations.json`` and
 ``training/`` (checkpoint, logs, and what ``resume`` needs to rebuild the same model:
 ``state.json`` and the vocabularies, written by :func:`save_vocabs`); with retrieval (kNN-MT),
-``retrieval/`` and ``kformer.json["retrieval"]`` (:mod:`.retrieval`).
+``retrieval/`` and ``kformer.json["retrieval"]`` (:mod:`.retrieval`). ``kformer.json["corpora"]``
+lists the training corpora (name, training pairs, weight, tag) and, with corpus tags,
+``kformer.json["tags"]`` maps each tag to its source token and id (:mod:`.domains`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from kformer.errors import BadInput, CorruptModel, KformerError
 from kformer.folders import MODEL_FILE, TRAINING_DIR, read_manifest, write_model_folder
 from kformer.tasks.base import AttentionMaps, TaskModel, check_texts, write_curves
 from kformer.tasks.translate.auto import DEFAULT_DECODE_LENGTH
+from kformer.tasks.translate.domains import domain_ids, domain_names, tagged
 from kformer.tasks.translate.pairs import PairData, read_pair_data
 from kformer.tasks.translate.retrieval import (
     Datastore,
@@ -128,7 +131,7 @@ def save(translator: Translator, out: str | os.PathLike, recipe: dict, metrics: 
 
     manifest = {
         "vocab": _vocab_files(translator.source_vocab, translator.target_vocab),
-        **({"encoder": translator.manifest["encoder"]} if "encoder" in translator.manifest else {}),
+        **{key: translator.manifest[key] for key in ("encoder", "corpora", "tags") if key in translator.manifest},
         "max_source_length": translator.max_source_length,
         "max_target_length": translator.max_target_length,
         "decode_length": translator.decode_length,
@@ -181,7 +184,7 @@ class Translator(TaskModel):
     unless a call passes ``retrieval=False``."""
 
     task = TASK
-    parameters = {"beam": 1, "max_repeat": MAX_REPEAT}
+    parameters = {"beam": 1, "max_repeat": MAX_REPEAT, "domain": None}
 
     def __init__(self, model, source_vocab, target_vocab, folder: str | os.PathLike, manifest: dict | None = None,
                  retrieval: Datastore | None = None):
@@ -202,22 +205,31 @@ class Translator(TaskModel):
         decodes with it -- written into this model folder unless ``write`` is False. Its weights
         are chosen by greedy chrF on the first ``limit`` pairs of ``valid`` (validation pairs; never
         the test pairs), or, with ``lam`` given, set (``temperature`` default: the datastore's
-        typical distance; ``k`` default 8) without tuning."""
+        typical distance; ``k`` default 8) without tuning. With corpus tags, each source is keyed
+        with its corpus's tag, as training saw it (:meth:`corpus_domains`)."""
         from kformer.data.pairs import normalize_text
+        from kformer.tasks.translate.pairs import read_training_data
         from kformer.tasks.translate.retrieval import datastore_for
 
         at_least("limit", limit, 1)
-        pairs = read_pair_data(data, "data")
+        pairs = read_training_data(data, "data")[0]
         valid_pairs = read_pair_data(valid, "valid") if lam is None else []
         if lam is None and (temperature is not None or k is not None):
             raise BadInput("{field} must be given with temperature or k (they skip tuning)", field="lam")
-        store = datastore_for(self, self.encode_sources([p.source for p in pairs]),
+        store = datastore_for(self, self.encode_sources([p.source for p in pairs], self.corpus_domains(pairs)),
                               self.target_vocab.encode([normalize_text(p.target) for p in pairs]), valid_pairs,
                               limit, progress, lam=lam, temperature=temperature, k=k)
         if write:
             add_to_folder(self.folder, store)
             return load(self.folder)
         return self.with_retrieval(store)
+
+    def corpus_domains(self, pairs: Sequence[Pair]) -> list[str | None]:
+        """The tag of each pair's corpus, as this model's training recorded it (None: untagged)."""
+        if not self.manifest.get("tags"):
+            return [None] * len(pairs)
+        tags = {row.get("name"): row.get("tag") for row in self.manifest.get("corpora") or []}
+        return [tags.get(pair.corpus) for pair in pairs]
 
     def _knn(self, retrieval: bool):
         """``(knn tensors, k)`` for decoding (``(None, 0)``: without retrieval)."""
@@ -254,14 +266,17 @@ class Translator(TaskModel):
             "lambda": self.retrieval.lam}}
         return {**super().metadata(), "shared_vocab": self.source_vocab is self.target_vocab,
                 **({"encoder": self.manifest["encoder"]} if "encoder" in self.manifest else {}),
+                "domains": sorted(self.manifest.get("tags") or {}),
                 "max_source_length": self.max_source_length, "max_target_length": self.max_target_length, **retrieval}
 
-    def encode_sources(self, texts: Sequence[str]) -> list[list[int]]:
-        """NFC-normalised subword ids of each text, cut to the model's longest source."""
+    def encode_sources(self, texts: Sequence[str], domain: str | Sequence[str | None] | None = None) -> list[list[int]]:
+        """NFC-normalised subword ids of each text, led by the tag of ``domain`` (one for all
+        texts or one each; :func:`.domains.domain_ids`), cut to the model's longest source."""
         from kformer.data.pairs import normalize_text
         from kformer.text.specials import UNK_ID
 
-        ids = self.source_vocab.encode([normalize_text(t) for t in texts])
+        ids = tagged(self.source_vocab, self.source_vocab.encode([normalize_text(t) for t in texts]),
+                     domain_ids(self.manifest, domain, len(texts)))
         if _is_wordpiece(self.source_vocab):  # [CLS] ... [SEP]: a long source keeps its [SEP]
             longest = self.max_source_length
             return [seq if len(seq) <= longest else [*seq[: longest - 1], seq[-1]] for seq in ids]
@@ -304,33 +319,38 @@ class Translator(TaskModel):
         return int(min(self.max_target_length, 2 * width + 8))
 
     def translate(self, texts: Sequence[str], *, beam: int = 1, batch_size: int = 64,
-                  max_repeat: int = MAX_REPEAT, retrieval: bool = True) -> list[str]:
+                  max_repeat: int = MAX_REPEAT, retrieval: bool = True,
+                  domain: str | Sequence[str | None] | None = None) -> list[str]:
         """Translate each text (greedy when ``beam`` is 1, else beam search); blank texts give ''.
         No word or span of up to 8 subwords appears more than ``max_repeat`` times in a row in a
         translation (0: no limit; see :data:`MAX_REPEAT`). ``retrieval=False`` decodes without the
-        folder's kNN-MT datastore (no effect without one)."""
+        folder's kNN-MT datastore (no effect without one). ``domain``: a tag of a model trained
+        with corpus tags (``metadata()["domains"]``), or one per text; None: neutral."""
         texts = check_texts(texts)
         check_decoding(beam, batch_size, max_repeat)
+        domains = domain_names(self.manifest, domain, len(texts))  # an unknown domain fails before decoding
         results = [""] * len(texts)
         todo = [i for i, text in enumerate(texts) if text.strip()]
         if todo:
-            decoded = self._decode(self.encode_sources([texts[i] for i in todo]), beam, batch_size, max_repeat,
-                                   retrieval)
+            sources = self.encode_sources([texts[i] for i in todo], [domains[i] for i in todo])
+            decoded = self._decode(sources, beam, batch_size, max_repeat, retrieval)
             for i, text in zip(todo, decoded, strict=True):
                 results[i] = text
         return results
 
     def score(self, pairs: Sequence[Pair], *, beam: int = 1, batch_size: int = 64,
-              max_repeat: int = MAX_REPEAT, retrieval: bool = True) -> tuple[dict, list[str]]:
+              max_repeat: int = MAX_REPEAT, retrieval: bool = True,
+              domain: str | Sequence[str | None] | None = None) -> tuple[dict, list[str]]:
         """BLEU, chrF, exact match, ``repetition`` (share of translations in which a word or a
         target subword repeats more than 3 times in a row), ``n``, ``beam``, ``max_repeat`` and
         ``decode_seconds`` of the translations of ``pairs`` (decoded as :meth:`translate`), and
-        ``retrieval`` (whether the datastore was used); also the translations."""
+        ``retrieval`` (whether the datastore was used); also the translations. ``domain`` as
+        :meth:`translate`'s (training scores each held-out pair with its corpus's tag)."""
         from kformer.metrics import repetition_share, translation_scores
 
         start = time.monotonic()
         hypotheses = self.translate([p.source for p in pairs], beam=beam, batch_size=batch_size, max_repeat=max_repeat,
-                                    retrieval=retrieval)
+                                    retrieval=retrieval, domain=domain)
         seconds = time.monotonic() - start
         scores = translation_scores(hypotheses, [p.target for p in pairs])
         scores["repetition"] = repetition_share(hypotheses, self.target_vocab.encode(hypotheses))
@@ -339,10 +359,12 @@ class Translator(TaskModel):
         return scores, hypotheses
 
     def evaluate(self, data: PairData, *, beam: int = 1, batch_size: int = 64, out: str | os.PathLike | None = None,
-                 limit: int | None = None, max_repeat: int = MAX_REPEAT, retrieval: bool = True) -> dict:
+                 limit: int | None = None, max_repeat: int = MAX_REPEAT, retrieval: bool = True,
+                 domain: str | None = None) -> dict:
         """Scores (as :meth:`score`) of the translations of ``data`` (a pairs file or pairs in
         memory; the first ``limit`` only, when given). With ``out``, also writes
-        ``out/scores.json`` and ``out/translations.json`` (source, reference, translation)."""
+        ``out/scores.json`` and ``out/translations.json`` (source, reference, translation).
+        ``domain``: every source translated with that tag (:meth:`translate`)."""
         from kformer.artifacts import staged_folder, write_json_atomic
 
         check_decoding(beam, batch_size, max_repeat)
@@ -351,7 +373,7 @@ class Translator(TaskModel):
             at_least("limit", limit, 1)
             pairs = pairs[:limit]
         scores, hypotheses = self.score(pairs, beam=beam, batch_size=batch_size, max_repeat=max_repeat,
-                                        retrieval=retrieval)
+                                        retrieval=retrieval, domain=domain)
         if out is not None:
             with staged_folder(Path(out)) as stage:
                 write_json_atomic(stage / "scores.json", scores)
@@ -359,13 +381,16 @@ class Translator(TaskModel):
         return scores
 
     def predict(self, instances: Sequence[str], *, beam: int = 1, max_repeat: int = MAX_REPEAT,
-                batch_size: int = 64, retrieval: bool = True) -> list[dict[str, Any]]:
+                batch_size: int = 64, retrieval: bool = True, domain: str | None = None) -> list[dict[str, Any]]:
         """``{"translation": ...}`` per input sentence: :meth:`translate`'s answers as dicts."""
         return [{"translation": text} for text in self.translate(instances, beam=beam, batch_size=batch_size,
-                                                                 max_repeat=max_repeat, retrieval=retrieval)]
+                                                                 max_repeat=max_repeat, retrieval=retrieval, domain=domain)]
 
     def check_values(self, parameters: dict[str, Any]) -> None:
         check_decoding(parameters["beam"], 1, parameters["max_repeat"])
+        if parameters["domain"] is not None and not isinstance(parameters["domain"], str):
+            raise BadInput(f"{{field}} must be a tag (a string), not {parameters['domain']!r}", field="domain")
+        domain_names(self.manifest, parameters["domain"], 1)
 
     def attention_maps(self, text: str) -> AttentionMaps:
         """Translate ``text`` greedily; encoder, decoder-self and cross attention of every layer and
@@ -423,6 +448,7 @@ class Translator(TaskModel):
 
         info = {"vocabulary_files": files, **seq2seq_info(self.model, MAX_REPEAT),
                 "source_vocabulary": files[0], "target_vocabulary": files[-1], "decode_length": self.decode_length,
+                **({"tags": self.manifest["tags"]} if self.manifest.get("tags") else {}),
                 "vocabulary_kind": "words" if vocab.get("kind") == "words" else "sentencepiece",
                 "source_text": "NFC-normalised, runs of whitespace -> one space, stripped; then its ids (sentencepiece: "
                                "the model's pieces; words: each space-separated word's line in the file, unknown "

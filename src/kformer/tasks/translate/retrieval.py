@@ -136,7 +136,7 @@ def recorded_pairs(folder: Path, metrics: dict, data=None, valid=None, test=None
     validation pairs are the ones training held out and the test pairs stay unseen."""
     from types import SimpleNamespace
 
-    from kformer.tasks.translate.pairs import read_pair_data, split_pairs
+    from kformer.tasks.translate.pairs import read_pair_data, read_training_data, split_pairs
 
     command = metrics.get("command") or []
     recorded = {flag: command[i + 1] for i, flag in enumerate(command[:-1]) if flag in ("--data", "--valid", "--test")}
@@ -148,7 +148,7 @@ def recorded_pairs(folder: Path, metrics: dict, data=None, valid=None, test=None
     recipe = metrics.get("recipe") or {}
     config = SimpleNamespace(holdout=recipe.get("holdout", 2000), valid_size=recipe.get("valid_size", 500),
                              seed=recipe.get("seed", 0))
-    train, valid_pairs, _ = split_pairs(config, read_pair_data(data, "data"),
+    train, valid_pairs, _ = split_pairs(config, read_training_data(data, "data")[0],
                                         None if valid is None else read_pair_data(valid, "valid"),
                                         None if test is None else read_pair_data(test, "test"))
     return train, valid_pairs
