@@ -20,9 +20,10 @@ arithmetic models alike): encode once, one cached decoder step, and greedy decod
 * ``serving_default`` (SavedModel only): ``source_ids`` -> ``target_ids`` int32
   ``(B, max_target_length)``, greedy decoding as the task decodes, ``[END]`` then 0s.
 
-``docs/onnx_translate_client.py`` decodes with the two ONNX files (onnxruntime and sentencepiece
-only): the same greedy choice as kformer (ids ``FORBIDDEN`` never chosen, the repeat limit, each
-row's length cap), so it gives ``Translator.translate``'s greedy translations.
+``docs/onnx_translate_client.py`` decodes with the two ONNX files (onnxruntime, sentencepiece and
+NumPy; ``docs/onnx_wordpiece.py`` for a pretrained encoder's WordPiece source): the same greedy
+choice as kformer (ids ``FORBIDDEN`` never chosen, the repeat limit, each row's length cap), so it
+gives ``Translator.translate``'s greedy translations.
 """
 
 from __future__ import annotations
