@@ -28,6 +28,7 @@ from kformer.tasks.translate.model import (
     SOURCE_VOCAB_FILE,
     TARGET_VOCAB_FILE,
     Translator,
+    _is_wordpiece,
     load_vocabs,
 )
 from kformer.tasks.translate.settings import TASK
@@ -80,12 +81,11 @@ def _source_rules(translator: Translator) -> tuple[dict[str, Any], dict[str, str
     longest = translator.max_source_length
     text = "NFC-normalised, runs of whitespace -> one space, stripped; then its ids ("
     tags = translator.manifest.get("tags")
-    wordpiece = getattr(translator.source_vocab, "cls_id", None) is not None
     if tags:
         tags = {"tags": tags, "tag_position": tag_position(translator.source_vocab),
                 "tag_rule": "to translate as one corpus (its tag: a key of tags, a domain), insert tags[tag]['id'] "
                             "at index tag_position of the ids before the cut; no tag: neutral"}
-    if not wordpiece:
+    if not _is_wordpiece(translator.source_vocab):
         words = "words: each space-separated word's line in the file, unknown words [UNK]"
         return {"source_text": f"{text}sentencepiece: the model's pieces; {words}), {CUT.format(longest=longest)}",
                 **(tags or {})}, {}
@@ -95,7 +95,8 @@ def _source_rules(translator: Translator) -> tuple[dict[str, Any], dict[str, str
     notes = {"source_ids": "the WordPiece ids of source_vocabulary, [CLS] first and [SEP] last; the padding mask "
                            "(ids != 0) and segment ids (all 0) the BERT backbone takes are made from them in the graph",
              "encoder_outputs": f"the pretrained {translator.manifest['encoder'].get('kind', 'bert')} backbone's "
-                                "sequence output, through the Dense bridge to the decoder's width when they differ"}
+                                "sequence output" + (", through a Dense bridge to the decoder's width"
+                                                     if translator.model.bridge is not None else "")}
     return {"source_text": f"{text}the wordpiece rules below: {WORDPIECE_STEP}), {cut}",
             "source_vocabulary_kind": "wordpiece", "wordpiece": rules, **(tags or {})}, notes
 
