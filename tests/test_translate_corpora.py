@@ -291,3 +291,22 @@ def test_a_tagged_run_records_its_corpora_and_translates_by_domain(tiny, capsys)
     assert main(["translate", str(result.folder), "one", "--domain", "news"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unknown --domain 'news'" in err[0]
+
+
+def test_an_onnx_export_and_the_reference_client_translate_by_domain_as_the_folder(tiny, tmp_path):
+    """The tags go into metadata.json (a tag's id first in a subword source, ``tag_position`` 0): the
+    served export and docs/onnx_translate_client.py translate with each domain as the folder does."""
+    from export_helpers import docs_module
+
+    from kformer import load
+    from kformer.export import export
+
+    result, translator = tiny
+    meta = export(result.folder, tmp_path / "onnx", "onnx").metadata
+    assert meta["tags"] == translator.manifest["tags"] and meta["tag_position"] == 0
+    client, served = docs_module("onnx_translate_client").OnnxTranslator(tmp_path / "onnx"), load(tmp_path / "onnx")
+    texts = ["one two", "three", "ten nine eight"]
+    for domain in (None, "alpha", "second"):
+        expected = translator.translate(texts, domain=domain)
+        assert client.translate(texts, domain=domain) == expected == served.translate(texts, domain=domain)
+        assert [client.source_ids(text, domain) for text in texts] == translator.encode_sources(texts, domain)

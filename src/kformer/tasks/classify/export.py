@@ -173,6 +173,7 @@ def tokenizer_spec(classifier) -> dict[str, Any]:
     client ``docs/onnx_classify_client.py`` follows it)."""
     from kformer.text.specials import PAD_ID, UNK_ID
     from kformer.text.vocabulary import CHARS_PER_TOKEN_LIMIT
+    from kformer.text.wordpiece import WORDPIECE_STEP, export_rules
 
     common = {"vocabulary_file": "vocab.txt", "max_length": classifier.max_length, "pad_id": PAD_ID,
               "unknown_id": UNK_ID}
@@ -193,17 +194,9 @@ def tokenizer_spec(classifier) -> dict[str, Any]:
                           "pad with pad_id to max_length"],
                 "word_pairs": tokenizer.with_bigrams}
     pieces = classifier.model.preprocessor.tokenizer if classifier.kind == "bert" else classifier.tokenizer
-    wordpiece = {"lowercase": bool(pieces.lowercase), "strip_accents": bool(pieces.strip_accents),
-                 "split_on_cjk": bool(pieces.split_on_cjk), "suffix_indicator": pieces.suffix_indicator,
-                 "oov_token": pieces.oov_token, "max_bytes_per_word": 100}
+    wordpiece = export_rules(pieces)
     steps = [f"<br>, <br/>, <br /> (any case) -> a space; runs of whitespace -> one space; strip; keep the first "
-             f"{classifier.max_length * CHARS_PER_TOKEN_LIMIT} characters",
-             "KerasHub WordPiece: with strip_accents, Unicode NFD and drop the marks (Mn); split at ' \\t\\n\\r\\f' "
-             "and control/format characters (Cc, Cf: dropped) and at punctuation (ASCII non-alphanumerics and P*) and, "
-             "with split_on_cjk, CJK ideographs (kept as tokens); with lowercase, NFKC case folding (NFKC, casefold, "
-             "NFKC, drop default-ignorable code points); each word greedy longest-match-first over vocab.txt, later "
-             "pieces prefixed suffix_indicator; a word over max_bytes_per_word UTF-8 bytes or without a match is "
-             "oov_token"]
+             f"{classifier.max_length * CHARS_PER_TOKEN_LIMIT} characters", WORDPIECE_STEP]
     if classifier.kind == "bert":
         return {"kind": "bert", **common, **wordpiece,
                 "steps": [*steps, "[CLS] + the first max_length - 2 pieces + [SEP] (their vocab.txt ids), "

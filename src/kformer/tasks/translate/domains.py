@@ -156,10 +156,14 @@ def encode_sources(vocab, pairs, tag_ids: Sequence[int | None]) -> list[list[int
     return tagged(vocab, vocab.encode([pair.source for pair in pairs]), tag_ids)
 
 
+def tag_position(vocab) -> int:
+    """Where a source's tag id goes: 1, after ``[CLS]``, for a WordPiece vocabulary; else 0."""
+    return 1 if getattr(vocab, "cls_id", None) is not None else 0
+
+
 def tagged(vocab, sources: list[list[int]], tag_ids: Sequence[int | None]) -> list[list[int]]:
-    """Each encoded source with its tag id first (after ``[CLS]`` for a WordPiece vocabulary);
-    None leaves a source as it is."""
-    at = 1 if getattr(vocab, "cls_id", None) is not None else 0
+    """Each encoded source with its tag id at :func:`tag_position`; None leaves a source as it is."""
+    at = tag_position(vocab)
     return [ids if tag is None else [*ids[:at], tag, *ids[at:]] for ids, tag in zip(sources, tag_ids, strict=True)]
 
 

@@ -422,42 +422,11 @@ class Translator(TaskModel):
         )
 
     def export_plan(self):
-        """The encoder, one cached decoder step and greedy decoding (:mod:`kformer.models.seq2seq_export`),
-        each greedy row capped by :attr:`decode_length`, with the default repeat limit; the
-        vocabulary files beside them and in the metadata how a client prepares a source."""
-        import shutil
+        """The encoder (a pretrained one included), one cached decoder step and greedy decoding, with
+        the vocabulary files and how a client prepares a source (:func:`.exported.export_plan`)."""
+        from kformer.tasks.translate.exported import export_plan
 
-        from kformer.errors import Unsupported
-        from kformer.models.export_plan import Plan
-
-        if "encoder" in self.manifest:
-            raise Unsupported(f"export of pretrained-encoder translators (encoder {self.manifest['encoder']['name']}) "
-                              "is not supported yet; serve the model folder itself")
-        if self.retrieval is not None:
-            raise Unsupported(f"{self.folder} decodes with a retrieval datastore (kNN-MT), which an export cannot carry; "
-                              f"take it out first (kformer retrieval remove {self.folder}) to export the network alone",
-                              field="model_dir")
-        from kformer.models.seq2seq_export import seq2seq_endpoints, seq2seq_info
-
-        vocab = self.manifest.get("vocab") or {}
-        files = list(dict.fromkeys([vocab.get("source", SOURCE_VOCAB_FILE), vocab.get("target", TARGET_VOCAB_FILE)]))
-
-        def write_files(folder: Path) -> None:
-            for name in files:
-                shutil.copyfile(self.folder / name, folder / name)
-
-        info = {"vocabulary_files": files, **seq2seq_info(self.model, MAX_REPEAT),
-                "source_vocabulary": files[0], "target_vocabulary": files[-1], "decode_length": self.decode_length,
-                **({"tags": self.manifest["tags"]} if self.manifest.get("tags") else {}),
-                "vocabulary_kind": "words" if vocab.get("kind") == "words" else "sentencepiece",
-                "source_text": "NFC-normalised, runs of whitespace -> one space, stripped; then its ids (sentencepiece: "
-                               "the model's pieces; words: each space-separated word's line in the file, unknown "
-                               f"words [UNK]), no [START]/[END], the first {self.max_source_length}; no ids: one [UNK]",
-                "target_text": "the ids before [END], without ids 0-2, detokenised (words: joined by spaces)",
-                "length_cap": "a source of n ids gets at most min(max_target_length, ceil(per_source_token * n) + "
-                              "extra) target tokens ([END] included; decode_length)"}
-        return Plan(TASK, seq2seq_endpoints(self.model, self.decode_length, MAX_REPEAT), [self.model], write_files,
-                    info)
+        return export_plan(self)
 
     def warmup(self, beams: Sequence[int] = (1,)) -> None:
         """Decode once per decode shape (batch and width bucket) and beam width in ``beams``
