@@ -126,7 +126,8 @@ def build_bert_classifier(
     if backbone == "bert-scratch":
         if vocabulary is None:
             raise ValueError("bert-scratch needs a vocabulary learned from the corpus")
-        tokenizer = keras_hub.models.BertTokenizer(vocabulary=list(vocabulary), lowercase=True)
+        # as the vocabulary was learned (kformer.text.vocabulary.learn_vocabulary): lowercased, no accents
+        tokenizer = keras_hub.models.BertTokenizer(vocabulary=list(vocabulary), lowercase=True, strip_accents=True)
         bert = keras_hub.models.BertBackbone(
             vocabulary_size=len(vocabulary),
             num_layers=layers,
