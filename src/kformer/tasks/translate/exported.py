@@ -28,7 +28,7 @@ from kformer.tasks.translate.model import (
     SOURCE_VOCAB_FILE,
     TARGET_VOCAB_FILE,
     Translator,
-    _is_wordpiece,
+    is_wordpiece,
     load_vocabs,
 )
 from kformer.tasks.translate.settings import TASK
@@ -85,7 +85,7 @@ def _source_rules(translator: Translator) -> tuple[dict[str, Any], dict[str, str
         tags = {"tags": tags, "tag_position": tag_position(translator.source_vocab),
                 "tag_rule": "to translate as one corpus (its tag: a key of tags, a domain), insert tags[tag]['id'] "
                             "at index tag_position of the ids before the cut; no tag: neutral"}
-    if not _is_wordpiece(translator.source_vocab):
+    if not is_wordpiece(translator.source_vocab):
         words = "words: each space-separated word's line in the file, unknown words [UNK]"
         return {"source_text": f"{text}sentencepiece: the model's pieces; {words}), {CUT.format(longest=longest)}",
                 **(tags or {})}, {}

@@ -64,7 +64,7 @@ def _vocab_files(source_vocab, target_vocab) -> dict[str, Any]:
     """The manifest's ``vocab`` entry: which files hold the vocabularies (``kind``: the target's;
     ``source_kind`` ``"wordpiece"`` for a pretrained encoder's)."""
     shared, words = source_vocab is target_vocab, _is_words(target_vocab)
-    if _is_wordpiece(source_vocab):
+    if is_wordpiece(source_vocab):
         target = WORD_VOCAB_FILES["target"] if words else TARGET_VOCAB_FILE
         return {"shared": False, "source_kind": "wordpiece", "lowercase": source_vocab.lowercase,
                 "strip_accents": source_vocab.strip_accents, "source": WORDPIECE_VOCAB_FILE, "target": target, **({"kind": "words"} if words else {})}
@@ -77,7 +77,7 @@ def _vocab_files(source_vocab, target_vocab) -> dict[str, Any]:
     return {"shared": False, "source": SOURCE_VOCAB_FILE, "target": TARGET_VOCAB_FILE}
 
 
-def _is_wordpiece(vocab) -> bool:
+def is_wordpiece(vocab) -> bool:
     from kformer.text.wordpiece import WordPieceVocabulary
 
     return isinstance(vocab, WordPieceVocabulary)
@@ -280,7 +280,7 @@ class Translator(TaskModel):
 
         ids = tagged(self.source_vocab, self.source_vocab.encode([normalize_text(t) for t in texts]),
                      domain_ids(self.manifest, domain, len(texts)))
-        if _is_wordpiece(self.source_vocab):  # [CLS] ... [SEP]: a long source keeps its [SEP]
+        if is_wordpiece(self.source_vocab):  # [CLS] ... [SEP]: a long source keeps its [SEP]
             longest = self.max_source_length
             return [seq if len(seq) <= longest else [*seq[: longest - 1], seq[-1]] for seq in ids]
         return [seq[: self.max_source_length] or [UNK_ID] for seq in ids]
