@@ -40,6 +40,7 @@ runs it holds, so a long table can be made over several sittings.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import tempfile
 from pathlib import Path
@@ -101,13 +102,17 @@ def train_and_score(recipe: str, scheme: dict, minutes: float | None, longest: i
     temporary, or ``keep``."""
     budget = {"epochs": 10**6} if minutes is None else {"epochs": 10**6, "max_minutes": minutes}
     if steps is not None:
-        budget = {"epochs": max(steps // STEPS_PER_EPOCH, 1), "steps_per_epoch": STEPS_PER_EPOCH, "max_minutes": None}
+        budget = {"epochs": max(steps // STEPS_PER_EPOCH, 1), "steps_per_epoch": STEPS_PER_EPOCH}
     overrides = {**scheme, **budget, "seed": seed, "digits": longest,
                  "held_out_size": min(held_out, 2000), "held_out_per_length": 0}
     config = make_config(arithmetic.ArithmeticConfig, "arithmetic", RECIPES[recipe], overrides)
+    if steps is not None:  # no clock: the recipe's max_minutes off (an override of None means "not given")
+        config = dataclasses.replace(config, max_minutes=None)
     with tempfile.TemporaryDirectory(prefix="kformer-arith-long-") as scratch:
         out = keep or scratch
         metrics = arithmetic.train(config, None, out).metrics
+        if steps is not None and metrics["steps"] != config.epochs * config.steps_per_epoch:
+            raise SystemExit(f"trained {metrics['steps']} steps, not the {config.epochs * config.steps_per_epoch} asked")
         model = arithmetic.load(out)
         by_length = {}
         for length in range(1, longest + 1):
