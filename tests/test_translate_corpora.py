@@ -69,6 +69,8 @@ def test_pairs_carry_their_corpus_and_given_pairs_none(data_folder):
     assert {p.corpus for p in read_pair_data(data_folder)} == {None}  # validation/test pairs given: neutral
     in_memory, one = read_training_data([("a", "b"), Pair("c", "d", corpus="news")])
     assert [p.corpus for p in in_memory] == ["data", "news"] and [c.name for c in one] == ["data", "news"]
+    # given in memory, a Pair that names its corpus keeps it (a tagged model validates it with that tag)
+    assert [p.corpus for p in read_pair_data([("a", "b"), Pair("c", "d", corpus="news")])] == [None, "news"]
 
 
 MANIFEST = """\
@@ -189,7 +191,8 @@ def test_tags_default_to_the_corpus_name_as_a_word_and_neutral_pairs_keep_none()
     ids = domains.training_tags(mix, train, table, seed=0)
     assert set(ids) == {None, 7, 8}
     assert ids.count(None) / len(ids) == pytest.approx(domains.NEUTRAL_SHARE, abs=0.04)
-    assert domains.held_out_tags(mix, [train[0], Pair("given", "t")], table) == [8, None]
+    given = [train[0], Pair("given", "t"), Pair("named", "t", corpus="b"), Pair("other", "t", corpus="zz")]
+    assert domains.held_out_tags(mix, given, table) == [8, None, 7, None]  # a corpus the run never trained on: none
 
 
 def test_each_vocabulary_keeps_a_tag_as_one_id():

@@ -176,8 +176,8 @@ def training_tags(mix: CorpusMix, pairs, table: dict[str, dict], seed: int) -> l
 
 
 def held_out_tags(mix: CorpusMix, pairs, table: dict[str, dict]) -> list[int | None]:
-    """The tag id of each validation or test pair: its corpus's (None for given pairs, which
-    belong to no corpus, and with tags off)."""
+    """The tag id of each validation or test pair: its corpus's (None for a pair of no corpus the
+    run trained on -- given files are neutral -- and with tags off)."""
     tags = [mix.tag_of(pair) for pair in pairs]
     return [None if tag is None else table[tag]["id"] for tag in tags]
 

@@ -19,9 +19,12 @@ IN_MEMORY = "data"  # the name of the corpus of pairs given in memory without on
 def read_pair_data(data: PairData, name: str = "data") -> list[Pair]:
     """Pairs from a path (``source<TAB>target`` lines, ``.gz`` fine, more columns ignored), several
     paths, a folder or a manifest (their pairs one after another), or from ``(source, target)``
-    tuples / :class:`Pair` objects, NFC-normalised; no pair keeps a corpus (validation and test
-    pairs given are neutral); errors name ``name``."""
-    return [replace(pair, corpus=None) for pair in read_training_data(data, name)[0]]
+    tuples / :class:`Pair` objects, NFC-normalised; errors name ``name``. Validation and test pairs
+    given are neutral, except :class:`Pair` objects in memory that name their corpus: they keep it,
+    so a model trained with corpus tags is validated and tested on them with that corpus's tag."""
+    named = not is_paths(data)
+    return [pair if named and pair.corpus != IN_MEMORY else replace(pair, corpus=None)
+            for pair in read_training_data(data, name)[0]]
 
 
 def read_training_data(data: PairData, name: str = "data") -> tuple[list[Pair], list[Corpus]]:
