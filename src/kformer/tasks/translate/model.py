@@ -210,7 +210,6 @@ class Translator(TaskModel):
         or ``"ivf"``) and ``nprobe``: how decoding finds the neighbours (:func:`.retrieval.with_search`).
         With corpus tags, each source is keyed with its corpus's tag, as training saw it
         (:meth:`corpus_domains`)."""
-        from kformer.data.pairs import normalize_text
         from kformer.tasks.translate.pairs import read_training_data
         from kformer.tasks.translate.retrieval import check_search_request, datastore_for
 
@@ -220,9 +219,8 @@ class Translator(TaskModel):
         valid_pairs = read_pair_data(valid, "valid") if lam is None else []
         if lam is None and (temperature is not None or k is not None):
             raise BadInput("{field} must be given with temperature or k (they skip tuning)", field="lam")
-        store = datastore_for(self, self.encode_sources([p.source for p in pairs], self.corpus_domains(pairs)),
-                              self.target_vocab.encode([normalize_text(p.target) for p in pairs]), valid_pairs,
-                              limit, progress, lam=lam, temperature=temperature, k=k, search=search, nprobe=nprobe)
+        store = datastore_for(self, *self.encode_pairs(pairs), valid_pairs, limit, progress, lam=lam,
+                              temperature=temperature, k=k, search=search, nprobe=nprobe)
         if write:
             add_to_folder(self.folder, store)
             return load(self.folder)
@@ -234,6 +232,14 @@ class Translator(TaskModel):
             return [None] * len(pairs)
         tags = {row.get("name"): row.get("tag") for row in self.manifest.get("corpora") or []}
         return [tags.get(pair.corpus) for pair in pairs]
+
+    def encode_pairs(self, pairs: Sequence[Pair]) -> tuple[list[list[int]], list[list[int]]]:
+        """``(sources, targets)`` subword ids of ``pairs`` as training encoded them (sources
+        tagged with their corpus, :meth:`corpus_domains`; targets NFC-normalised)."""
+        from kformer.data.pairs import normalize_text
+
+        return (self.encode_sources([p.source for p in pairs], self.corpus_domains(pairs)),
+                self.target_vocab.encode([normalize_text(p.target) for p in pairs]))
 
     def _knn(self, retrieval: bool):
         """``(knn tensors, k)`` for decoding (``(None, 0)``: without retrieval)."""

@@ -169,6 +169,17 @@ def datastore_entries(model, sources: Sequence[list[int]], targets: Sequence[lis
     return np.concatenate(keys), np.concatenate(values)
 
 
+def fitting_entries(model, sources: Sequence[list[int]], targets: Sequence[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`datastore_entries` of the pairs that fit the model's longest source and ``target +
+    [END]`` (as training skipped the others); BadInput when none does."""
+    kept = [i for i, t in enumerate(targets) if len(t) + 1 <= model.max_target_length
+            and len(sources[i]) <= model.max_source_length]
+    if not kept:
+        raise BadInput("no training pair fits the model's longest source and target; nothing to remember",
+                       field="data")
+    return datastore_entries(model, [sources[i] for i in kept], [targets[i] for i in kept])
+
+
 def build_datastore(model, sources: Sequence[list[int]], targets: Sequence[list[int]], search: str = "auto",
                     nprobe: int | None = None) -> Datastore:
     """A :class:`Datastore` over encoded training pairs for ``model`` (pairs whose ``target + [END]``
@@ -176,12 +187,7 @@ def build_datastore(model, sources: Sequence[list[int]], targets: Sequence[list[
     weights (:func:`tune` chooses them), searched as :func:`with_search` makes it."""
     from kformer.models.retrieval import typical_distance
 
-    kept = [i for i, t in enumerate(targets) if len(t) + 1 <= model.max_target_length
-            and len(sources[i]) <= model.max_source_length]
-    if not kept:
-        raise BadInput("no training pair fits the model's longest source and target; nothing to remember",
-                       field="data")
-    keys, values = datastore_entries(model, [sources[i] for i in kept], [targets[i] for i in kept])
+    keys, values = fitting_entries(model, sources, targets)
     k = min(KS[0], len(values))
     scale = typical_distance(keys, k)
     return with_search(Datastore(keys, values, k=k, temperature=scale, lam=0.3, scale=scale), search, nprobe)
@@ -193,17 +199,18 @@ def with_search(store: Datastore, search: str = "auto", nprobe: int | None = Non
     keys (:func:`~kformer.models.ivf.build_ivf`, seeded) and sorts keys and values by its lists;
     ``nprobe`` (default: the smallest whose recall@16 against brute force reaches
     :data:`~kformer.models.ivf.RECALL_TARGET`, :func:`~kformer.models.ivf.choose_nprobe`) lists
-    are searched per query."""
-    from kformer.models.ivf import build_ivf, choose_nprobe
+    are searched per query. ``"auto"`` searches exactly after all when that many lists would cost
+    more than brute force (:func:`~kformer.models.ivf.pays`: keys too spread for few lists)."""
+    from kformer.models.ivf import build_ivf, choose_nprobe, pays
 
     check_search_request(search, nprobe)
-    if search == "auto":
-        search = "ivf" if store.entries >= IVF_FROM else "exact"
-    if search == "exact":
+    if search == "auto" and store.entries < IVF_FROM or search == "exact":
         return replace(store, search="exact", nprobe=0, index=None)
     order, layout = build_ivf(store.keys, seed=seed)
     keys = np.ascontiguousarray(store.keys[order])
     chosen, layout = choose_nprobe(keys, layout, min(max(KS), store.entries - 1), seed=seed)
+    if search == "auto" and nprobe is None and not pays(store.entries, layout, chosen):
+        return replace(store, search="exact", nprobe=0, index=None)
     return replace(store, keys=keys, values=store.values[order], search="ivf",
                    nprobe=chosen if nprobe is None else nprobe, index=layout, _tensors={})
 
