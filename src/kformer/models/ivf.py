@@ -91,6 +91,7 @@ def key_tensors(keys: np.ndarray) -> tuple:
 
 
 def ivf_tensors(layout: IvfLayout, nprobe: int) -> Ivf:
+    """The :class:`Ivf` tensors of ``layout``, searching ``nprobe`` lists per query."""
     centroids = np.asarray(layout.centroids, dtype="float32")
     return Ivf(ops.convert_to_tensor(centroids), ops.convert_to_tensor(np.square(centroids).sum(axis=1)),
                ops.convert_to_tensor(layout.offsets[:-1].astype("int32")),
@@ -135,15 +136,16 @@ def pays(entries: int, layout: IvfLayout, nprobe: int) -> bool:
 
 
 def default_lists(entries: int) -> int:
+    """k-means clusters for a datastore of ``entries`` keys: ``LISTS_PER_ROOT * sqrt(entries)``."""
     return max(1, min(entries, round(LISTS_PER_ROOT * math.sqrt(entries))))
 
 
 def build_ivf(keys: np.ndarray, lists: int | None = None, seed: int = 0) -> tuple[np.ndarray, IvfLayout]:
     """Cluster ``keys (entries, dim)`` into ``lists`` (default :func:`default_lists`) by k-means
-    (scikit-learn's MiniBatchKMeans on a seeded sample of :data:`TRAIN_PER_LIST` keys per list):
-    ``(order (entries,)``, the permutation that sorts the keys by list, ``layout)`` with clusters
-    above the mean size split into equal consecutive lists (empty clusters dropped). ``recall``
-    is left empty (:func:`choose_nprobe` measures it)."""
+    (scikit-learn's MiniBatchKMeans, at most 5 passes over a seeded sample of
+    :data:`TRAIN_PER_LIST` keys per list): ``(order (entries,)``, the permutation that sorts the
+    keys by list, ``layout)`` with clusters above the mean size split into equal consecutive lists
+    (empty clusters dropped). ``recall`` is left empty (:func:`choose_nprobe` measures it)."""
     from sklearn.cluster import MiniBatchKMeans
 
     keys = np.asarray(keys, dtype="float32")
@@ -206,6 +208,8 @@ def choose_nprobe(keys: np.ndarray, layout: IvfLayout, k: int, seed: int = 0) ->
     :data:`RECALL_QUERIES` sampled keys (``keys`` sorted by list), each searched for ``k + 1``
     neighbours with its own entry left out."""
     keys = np.asarray(keys, dtype="float32")
+    if len(keys) < 2:  # no other key to find
+        return layout.lists, layout
     k = max(1, min(k, len(keys) - 1))
     rows = np.random.default_rng(seed).choice(len(keys), size=min(RECALL_QUERIES, len(keys)), replace=False)
     truth = without_self(exact_neighbours(keys[rows], keys, k + 1), rows, k)

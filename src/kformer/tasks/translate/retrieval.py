@@ -204,7 +204,7 @@ def with_search(store: Datastore, search: str = "auto", nprobe: int | None = Non
     from kformer.models.ivf import build_ivf, choose_nprobe, pays
 
     check_search_request(search, nprobe)
-    if search == "auto" and store.entries < IVF_FROM or search == "exact":
+    if search == "exact" or (search == "auto" and store.entries < IVF_FROM):
         return replace(store, search="exact", nprobe=0, index=None)
     order, layout = build_ivf(store.keys, seed=seed)
     keys = np.ascontiguousarray(store.keys[order])
@@ -359,7 +359,8 @@ def read_datastore(folder: Path, entry: dict[str, Any]) -> Datastore:
 
 def read_index(folder: Path, entry: dict[str, Any], keys_shape: tuple) -> Any:
     """The :class:`~kformer.models.ivf.IvfLayout` a manifest's ``retrieval["ivf"]`` names (no
-    pickles); CorruptModel if its files are missing or disagree with the keys."""
+    pickles); CorruptModel if its files are missing or disagree with the keys (every list holds
+    at least one entry, so a query always finds one)."""
     from kformer.models.ivf import IvfLayout
 
     try:
@@ -369,7 +370,7 @@ def read_index(folder: Path, entry: dict[str, Any], keys_shape: tuple) -> Any:
         raise CorruptModel(f"{folder}'s retrieval index is unreadable ({exc}); build it again: kformer retrieval "
                            f"build {folder}", field="model_dir") from None
     if (centroids.ndim != 2 or centroids.shape[1] != keys_shape[1] or offsets.shape != (len(centroids) + 1,)
-            or offsets[0] != 0 or offsets[-1] != keys_shape[0] or np.any(np.diff(offsets) < 0)):
+            or offsets[0] != 0 or offsets[-1] != keys_shape[0] or np.any(np.diff(offsets) < 1)):
         raise CorruptModel(f"{folder}'s retrieval index (centroids {centroids.shape}, offsets {offsets.shape}) "
                            f"disagrees with its {keys_shape[0]} keys; build it again", field="model_dir")
     return IvfLayout(centroids.astype("float32"), offsets.astype("int64"),
