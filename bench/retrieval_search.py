@@ -4,7 +4,8 @@ its inverted-file index (IVF, :mod:`kformer.models.ivf`) at a few ``nprobe`` val
 The datastore is either a translator's (``--model DIR``: the folder's own datastore, else one built
 from the training pairs its ``kformer train`` command recorded, weights untuned: lambda 0.3) or
 ``--entries N`` synthetic float16 keys of ``--dim`` dimensions drawn around ``--clusters`` random
-centres (mixture of Gaussians; how well IVF does on it says little about real decoder states).
+centres in ``--intrinsic`` dimensions (a mixture of Gaussians projected up: how well IVF does on
+it says little about real decoder states; the model's numbers are the ones that count).
 The index is built as ``kformer retrieval build --search ivf`` builds it (k-means lists, nprobe
 chosen by recall on the datastore's own keys), timed. Then, for brute force and IVF at each of
 ``--nprobes`` (and the chosen one):
@@ -45,17 +46,22 @@ HEADLINES = (
 )
 
 
-def synthetic(entries: int, queries: int, dim: int, clusters: int, noise: float, seed: int = 0):
-    """``(keys (entries, dim) float16, queries (queries, dim) float32)`` around the same centres."""
+def synthetic(entries: int, queries: int, dim: int, clusters: int, intrinsic: int, noise: float, seed: int = 0):
+    """``(keys (entries, dim) float16, queries (queries, dim) float32)``: points of a mixture of
+    ``clusters`` Gaussians (spread ``noise``) in ``intrinsic`` dimensions, projected at random to
+    ``dim`` dimensions, plus a little noise in all of them (decoder states, too, fill few of their
+    dimensions; isotropic noise in all 128 would leave no neighbourhood for any index to find)."""
     rng = np.random.default_rng(seed)
-    centres = rng.standard_normal((clusters, dim), dtype=np.float32)
+    centres = 2.0 * rng.standard_normal((clusters, intrinsic), dtype=np.float32)
+    projection = rng.standard_normal((intrinsic, dim), dtype=np.float32) / np.sqrt(intrinsic)
 
     def points(count: int, dtype: str) -> np.ndarray:
         out = np.empty((count, dim), dtype=dtype)
         for start in range(0, count, 65536):
             rows = min(65536, count - start)
-            out[start : start + rows] = centres[rng.integers(0, clusters, rows)] + noise * rng.standard_normal(
-                (rows, dim), dtype=np.float32)
+            latent = centres[rng.integers(0, clusters, rows)] + noise * rng.standard_normal((rows, intrinsic),
+                                                                                            dtype=np.float32)
+            out[start : start + rows] = latent @ projection + 0.05 * rng.standard_normal((rows, dim), dtype=np.float32)
         return out
 
     return points(entries, "float16"), points(queries, "float32")
@@ -148,7 +154,8 @@ def main() -> None:
     parser.add_argument("--test", help="--model: the test pairs its training was given (left out of --data)")
     parser.add_argument("--dim", type=int, default=128, help="synthetic: key dimensions")
     parser.add_argument("--clusters", type=int, default=1024, help="synthetic: mixture centres")
-    parser.add_argument("--noise", type=float, default=1.0, help="synthetic: per-dimension spread around a centre")
+    parser.add_argument("--intrinsic", type=int, default=16, help="synthetic: dimensions the points vary in")
+    parser.add_argument("--noise", type=float, default=1.0, help="synthetic: spread around a centre")
     parser.add_argument("--k", type=int, default=16, help="synthetic: neighbours per query (--model: the datastore's)")
     parser.add_argument("--queries", type=int, default=1024, help="held-out queries recall is measured on")
     parser.add_argument("--batch", type=int, default=64, help="queries per timed search (the decoding batch's rows)")
@@ -167,9 +174,9 @@ def main() -> None:
         translator, store, queries, sentences = model_datastore(args.model, args)
         k, what = store.k, f"{args.model.name}'s datastore"
     else:
-        keys, queries = synthetic(args.entries, args.queries, args.dim, args.clusters, args.noise)
+        keys, queries = synthetic(args.entries, args.queries, args.dim, args.clusters, args.intrinsic, args.noise)
         store, k = Datastore(keys, np.zeros(len(keys), "int32"), k=args.k), args.k
-        what = f"synthetic keys ({args.clusters} centres, spread {args.noise:g})"
+        what = f"synthetic keys ({args.clusters} centres, spread {args.noise:g}, in {args.intrinsic} dimensions)"
     print(f"+ {store.entries:,} entries of dim {store.keys.shape[1]}, {len(queries)} queries, k {k}", flush=True)
     rows, stores, build_s = search_rows(store, queries, k, nprobes, args.batch, args.repeats)
     index = stores["brute force"].index
