@@ -35,22 +35,44 @@ def test_the_layout_sorts_every_entry_into_one_list(index):
     assert np.array_equal(again_order, order) and np.array_equal(again.offsets, layout.offsets)
 
 
+def searched(index, nprobe: int, k: int, loop: bool = False, queries=None):
+    """``(distances, indices)`` as numpy of :func:`ivf.ivf_nearest`: eagerly by one gather, or
+    (``loop``) by the loop of slices compiled by XLA, as the decode loops run it."""
+    layout = index["layout"]
+    queries = index["queries"] if queries is None else queries
+    padded = ivf.key_tensors(index["keys"], padding=layout.capacity)
+    tensors = ivf.ivf_tensors(layout, nprobe)._replace(loop=loop)
+    search = ivf.ivf_nearest
+    if loop:
+        import tensorflow as tf
+
+        search = tf.function(ivf.ivf_nearest, jit_compile=True)
+    return tuple(np.asarray(t) for t in search(queries, *padded, tensors, k))
+
+
 def test_every_list_probed_finds_the_brute_force_neighbours(index):
-    keys, norms = ivf.key_tensors(index["keys"])
-    exact_d, exact_i = (np.asarray(t) for t in nearest(index["queries"], keys, norms, 16))
-    found_d, found_i = (np.asarray(t) for t in ivf.ivf_nearest(
-        index["queries"], keys, norms, ivf.ivf_tensors(index["layout"], index["layout"].lists), 16))
+    layout = index["layout"]
+    exact_d, exact_i = (np.asarray(t) for t in nearest(index["queries"], *ivf.key_tensors(index["keys"]), 16))
+    found_d, found_i = searched(index, layout.lists, 16)
     assert np.array_equal(found_i, exact_i)  # recall 1.0, same order
     np.testing.assert_allclose(found_d, exact_d, rtol=1e-4, atol=1e-3)
     assert ivf.recall_at_k(found_i, ivf.exact_neighbours(index["queries"], index["keys"], 16)) == 1.0
+    assert np.array_equal(ivf.ivf_search(index["queries"], index["keys"], layout, layout.lists, 16), exact_i)
+
+
+def test_the_compiled_loop_the_gather_and_the_numpy_reference_agree(index):
+    gathered_d, gathered_i = searched(index, 3, 16)
+    looped_d, looped_i = searched(index, 3, 16, loop=True)
+    assert np.array_equal(looped_i, gathered_i)
+    np.testing.assert_allclose(looped_d, gathered_d, rtol=1e-4, atol=1e-3)
+    assert np.array_equal(ivf.ivf_search(index["queries"], index["keys"], index["layout"], 3, 16), gathered_i)
 
 
 def test_padding_is_never_a_neighbour(index):
     layout, keys32 = index["layout"], index["keys"]
-    keys, norms = ivf.key_tensors(keys32)
     k = layout.capacity + 3  # one list holds fewer: the rest of the window is padding
-    distances, indices = (np.asarray(t) for t in ivf.ivf_nearest(index["queries"], keys, norms,
-                                                                   ivf.ivf_tensors(layout, 1), k))
+    distances, indices = searched(index, 1, k)
+    assert np.array_equal(searched(index, 1, k, loop=True)[1], indices)
     coarse = np.square(index["queries"][:, None, :] - layout.centroids[None]).sum(-1)
     for query, row_d, row_i, nearest_list in zip(index["queries"], distances, indices, coarse.argmin(1), strict=True):
         start, stop = layout.offsets[nearest_list], layout.offsets[nearest_list + 1]
@@ -59,7 +81,8 @@ def test_padding_is_never_a_neighbour(index):
         assert np.all((row_i[real] >= start) & (row_i[real] < stop))
         np.testing.assert_allclose(row_d[real], np.square(keys32[row_i[real]] - query).sum(-1), rtol=1e-4, atol=1e-3)
     values = np.arange(len(keys32)) % 7 + 4
-    probs = np.asarray(knn_probs(index["queries"], knn_tensors(keys32, values, 1.0, 1.0, layout, 1), k, 16))
+    knn = knn_tensors(keys32, values, 1.0, 1.0, layout, 1)
+    probs = np.asarray(knn_probs(index["queries"], knn._replace(ivf=knn.ivf._replace(loop=False)), k, 16))
     np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)  # padding weighs nothing, and no NaN
     assert np.all(probs[:, :4] == 0)
 

@@ -2,7 +2,8 @@
 compiled decoding loops: each query scores only the entries of the lists nearest it.
 
 Layout (what :func:`build_ivf` returns): the keys clustered by k-means and stored sorted by list,
-one flat ``(entries, dim)`` array (the same array brute force searches), with ``offsets``
+one flat ``(entries, dim)`` array (on disk the same file as without an index; as a tensor
+followed by ``capacity`` zero rows, so every window is in bounds), with ``offsets``
 ``(lists + 1,)``: list ``i`` holds the sorted entries ``offsets[i] .. offsets[i + 1] - 1``. A
 k-means cluster larger than the mean list size is split into consecutive lists of equal size,
 each with the cluster's centroid, so every list holds at most ``capacity`` entries and a query's
@@ -11,6 +12,9 @@ work has a static shape. At query time (:func:`ivf_nearest`, ``keras.ops`` only)
     queries (rows, dim) -> squared L2 to the centroids (rows, lists) -> the nprobe nearest lists
     -> a window of ``capacity`` entries from each list's offset (rows, nprobe * capacity), the
     slots past the list's size masked -> exact squared L2 to those keys -> top k
+
+Compiled, the windows are read by a loop of slices (:func:`looped_scores`; XLA on a CPU copies a
+gather element by element); eagerly by one gather (:func:`gathered_scores`).
 
 Cost per query: ``lists + nprobe * capacity`` distances instead of ``entries``; with
 ``lists = LISTS_PER_ROOT * sqrt(entries)`` and capacity about ``entries / lists`` both terms grow
@@ -38,11 +42,11 @@ NPROBES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # of the datastore, each one's own entry left out)
 RECALL_TARGET = 0.95
 RECALL_QUERIES = 256
-# What one gathered candidate costs in a compiled search, in brute-force entries (keys searched
-# by the matrix product): 64 queries of dim 128 on this 2-core CPU took 0.37 us per entry by brute
-# force and 7.9 us per candidate through the index (20,000 entries, nprobe 16 .. 128). The gather
-# is memory-bound; the product shares each key among the queries.
-GATHER_COST = 20
+# What one candidate costs in a compiled search, in brute-force entries (keys searched by the
+# matrix product, which shares each key among the queries): 64 queries of dim 128 on this 2-core
+# CPU took about 0.37 us per entry by brute force and 3 us per candidate through the index
+# (20,000 and 200,000 entries, nprobe 16 and 32; looped_scores).
+CANDIDATE_COST = 8
 # Assignment and recall work in chunks of rows, so no intermediate passes about this many floats
 CHUNK_FLOATS = 1 << 24
 
@@ -74,7 +78,8 @@ class IvfLayout:
 class Ivf(NamedTuple):
     """An :class:`IvfLayout` as the tensors the decode loops take: centroids ``(lists, dim)`` and
     centroid_norms ``(lists,)`` float32, starts and sizes ``(lists,)`` int32; ``capacity`` and
-    ``nprobe`` are Python ints (part of the compiled shape)."""
+    ``nprobe`` are Python ints (part of the compiled shape); ``loop`` (a Python bool) chooses
+    how :func:`ivf_nearest` reads the lists: a loop of slices (compiled) or one gather (eager)."""
 
     centroids: object
     centroid_norms: object
@@ -82,11 +87,16 @@ class Ivf(NamedTuple):
     sizes: object
     capacity: int
     nprobe: int
+    loop: bool = True
 
 
-def key_tensors(keys: np.ndarray) -> tuple:
-    """``(keys (entries, dim), key_norms (entries,))`` float32 tensors from numpy keys of any float dtype."""
+def key_tensors(keys: np.ndarray, padding: int = 0) -> tuple:
+    """``(keys (entries + padding, dim), key_norms (entries + padding,))`` float32 tensors from
+    numpy keys of any float dtype, ``padding`` zero rows after them (an index's windows read up
+    to ``capacity`` rows past a list's start)."""
     keys32 = np.asarray(keys, dtype="float32")
+    if padding:
+        keys32 = np.concatenate([keys32, np.zeros((padding, keys32.shape[1]), dtype="float32")])
     return ops.convert_to_tensor(keys32), ops.convert_to_tensor(np.square(keys32).sum(axis=1))
 
 
@@ -100,7 +110,8 @@ def ivf_tensors(layout: IvfLayout, nprobe: int) -> Ivf:
 
 def ivf_nearest(queries, keys, key_norms, ivf: Ivf, k: int):
     """The ``k`` keys nearest each query among the entries of its ``ivf.nprobe`` nearest lists:
-    ``queries (rows, dim)``, ``keys (entries, dim)`` sorted by list, ``key_norms (entries,)`` ->
+    ``queries (rows, dim)``, ``keys (entries + capacity, dim)`` sorted by list and
+    ``key_norms (entries + capacity,)`` (:func:`key_tensors` with ``padding=capacity``) ->
     ``(distances (rows, k)`` squared L2, nearest first, ``indices (rows, k) int32)``. When the
     probed lists hold fewer than ``k`` entries the rest are padding: distance ``inf``, index -1
     (at least one real entry comes first: no list is empty)."""
@@ -108,16 +119,14 @@ def ivf_nearest(queries, keys, key_norms, ivf: Ivf, k: int):
     query_norms = ops.sum(ops.square(queries), axis=-1, keepdims=True)  # (rows, 1)
     coarse = query_norms - 2.0 * ops.matmul(queries, ops.transpose(ivf.centroids)) + ivf.centroid_norms[None, :]
     probed = ops.cast(ops.top_k(-coarse, ivf.nprobe)[1], "int32")  # (rows, nprobe)
+    width = ivf.nprobe * ivf.capacity
     slots = ops.arange(ivf.capacity, dtype="int32")
-    real = ops.less(slots[None, None, :], ops.take(ivf.sizes, probed)[..., None])  # (rows, nprobe, capacity)
-    candidates = ops.take(ivf.starts, probed)[..., None] + slots[None, None, :]
-    candidates = ops.reshape(ops.where(real, candidates, 0), (-1, ivf.nprobe * ivf.capacity))
-    real = ops.reshape(real, (-1, ivf.nprobe * ivf.capacity))
-    gathered = ops.take(keys, candidates, axis=0)  # (rows, nprobe * capacity, dim)
-    distances = query_norms - 2.0 * ops.einsum("rd,rmd->rm", queries, gathered) + ops.take(key_norms, candidates)
-    distances = ops.where(real, distances, np.inf)
-    if ivf.nprobe * ivf.capacity < k:  # fewer slots than neighbours: more padding
-        filler = ops.zeros_like(distances[:, :1]) + ops.zeros((1, k - ivf.nprobe * ivf.capacity))
+    candidates = ops.reshape(ops.take(ivf.starts, probed)[..., None] + slots[None, None, :], (-1, width))
+    real = ops.reshape(ops.less(slots[None, None, :], ops.take(ivf.sizes, probed)[..., None]), (-1, width))
+    scores = (looped_scores if ivf.loop else gathered_scores)(queries, keys, key_norms, candidates, ivf)
+    distances = ops.where(real, query_norms + scores, np.inf)
+    if width < k:  # fewer slots than neighbours: more padding
+        filler = ops.zeros_like(distances[:, :1]) + ops.zeros((1, k - width))
         distances = ops.concatenate([distances, filler + np.inf], axis=1)
         candidates = ops.concatenate([candidates, ops.cast(filler, "int32")], axis=1)
     negative, best = ops.top_k(-distances, k)
@@ -126,10 +135,38 @@ def ivf_nearest(queries, keys, key_norms, ivf: Ivf, k: int):
     return ops.maximum(-negative, 0.0), ops.where(found, indices, -1)
 
 
+def gathered_scores(queries, keys, key_norms, candidates, ivf: Ivf):
+    """``|key|^2 - 2 query . key`` ``(rows, nprobe * capacity)`` for each query's ``candidates``
+    (rows of ``keys``), by one gather: quick eagerly, but XLA on a CPU copies a gather element by
+    element (the loop of :func:`looped_scores` is 2-5x quicker compiled)."""
+    gathered = ops.take(keys, candidates, axis=0)  # (rows, nprobe * capacity, dim)
+    return ops.take(key_norms, candidates) - 2.0 * ops.einsum("rd,rmd->rm", queries, gathered)
+
+
+def looped_scores(queries, keys, key_norms, candidates, ivf: Ivf):
+    """:func:`gathered_scores` by a loop over the (query, list) pairs, each a slice of
+    ``capacity`` rows from the list's start and one matrix-vector product. Compiled on a CPU,
+    64 queries of dim 128: 13-31 ms against the gather's 60 at 1M entries (nprobe 16), 5.5
+    against 9.5 at 200,000; eagerly each iteration costs a round trip."""
+    capacity, dim = ivf.capacity, int(keys.shape[1])
+    starts = ops.reshape(candidates, (-1, ivf.nprobe, capacity))[:, :, 0]
+    starts = ops.reshape(starts, (-1,))  # (rows * nprobe,)
+
+    def score_list(i, scores):
+        block = ops.slice(keys, (starts[i], 0), (capacity, dim))
+        norms = ops.slice(key_norms, (starts[i],), (capacity,))
+        query = ops.take(queries, i // ivf.nprobe, axis=0)
+        return ops.slice_update(scores, (i * capacity,), norms - 2.0 * ops.matmul(block, query[:, None])[:, 0])
+
+    pairs = ops.shape(starts)[0]
+    scores = ops.fori_loop(0, pairs, score_list, ops.zeros((pairs * capacity,), dtype="float32"))
+    return ops.reshape(scores, (-1, ivf.nprobe * capacity))
+
+
 def pays(entries: int, layout: IvfLayout, nprobe: int) -> bool:
     """Whether searching ``nprobe`` lists costs less than brute force over ``entries`` keys
-    (``lists + GATHER_COST * nprobe * capacity < entries``)."""
-    return layout.lists + GATHER_COST * nprobe * layout.capacity < entries
+    (``lists + CANDIDATE_COST * nprobe * capacity < entries``)."""
+    return layout.lists + CANDIDATE_COST * nprobe * layout.capacity < entries
 
 
 # --- building ---------------------------------------------------------------------------------------
@@ -194,12 +231,31 @@ def recall_at_k(found: np.ndarray, truth: np.ndarray) -> float:
     return hits / truth.size
 
 
-def ivf_search(queries: np.ndarray, keys, key_norms, layout: IvfLayout, nprobe: int, k: int) -> np.ndarray:
-    """:func:`ivf_nearest` run eagerly over numpy ``queries`` in chunks: ``(rows, k)`` int32 indices."""
-    ivf = ivf_tensors(layout, nprobe)
-    step = max(1, CHUNK_FLOATS // (nprobe * layout.capacity * int(keys.shape[1])))
-    return np.concatenate([np.asarray(ivf_nearest(queries[i : i + step], keys, key_norms, ivf, k)[1])
-                           for i in range(0, len(queries), step)])
+def ivf_search(queries: np.ndarray, keys: np.ndarray, layout: IvfLayout, nprobe: int, k: int) -> np.ndarray:
+    """:func:`ivf_nearest` in numpy (for measuring recall at build time, where compiling the loop
+    for every nprobe would cost more than the search): ``(rows, k)`` int64 indices, nearest first,
+    -1 for padding; tied lists (a split cluster's) are taken in index order, as ``top_k`` does."""
+    queries, keys = np.asarray(queries, "float32"), np.asarray(keys, "float32")
+    centroids = np.asarray(layout.centroids, "float32")
+    slots, sizes, starts = np.arange(layout.capacity), layout.sizes, layout.offsets[:-1]
+    norms = np.square(keys).sum(axis=1)
+    step = max(1, CHUNK_FLOATS // (nprobe * layout.capacity * keys.shape[1]))
+    out = []
+    for i in range(0, len(queries), step):
+        chunk = queries[i : i + step]
+        coarse = np.square(centroids).sum(1)[None, :] - 2.0 * chunk @ centroids.T
+        probed = np.argsort(coarse, axis=1, kind="stable")[:, :nprobe]
+        real = (slots[None, None, :] < sizes[probed][..., None]).reshape(len(chunk), -1)
+        candidates = np.where(real, (starts[probed][..., None] + slots).reshape(len(chunk), -1), 0)
+        distances = norms[candidates] - 2.0 * np.einsum("rd,rmd->rm", chunk, keys[candidates])
+        distances = np.where(real, distances, np.inf)
+        if distances.shape[1] < k:
+            distances = np.pad(distances, ((0, 0), (0, k - distances.shape[1])), constant_values=np.inf)
+            candidates = np.pad(candidates, ((0, 0), (0, k - candidates.shape[1])))
+        best = np.argsort(distances, axis=1, kind="stable")[:, :k]
+        found = np.take_along_axis(candidates, best, 1)
+        out.append(np.where(np.isfinite(np.take_along_axis(distances, best, 1)), found, -1))
+    return np.concatenate(out)
 
 
 def choose_nprobe(keys: np.ndarray, layout: IvfLayout, k: int, seed: int = 0) -> tuple[int, IvfLayout]:
@@ -213,10 +269,9 @@ def choose_nprobe(keys: np.ndarray, layout: IvfLayout, k: int, seed: int = 0) ->
     k = max(1, min(k, len(keys) - 1))
     rows = np.random.default_rng(seed).choice(len(keys), size=min(RECALL_QUERIES, len(keys)), replace=False)
     truth = without_self(exact_neighbours(keys[rows], keys, k + 1), rows, k)
-    keys_tensor, norms = key_tensors(keys)
     recall: dict[int, float] = {}
     for nprobe in [n for n in NPROBES if n < layout.lists] + [layout.lists]:
-        found = without_self(ivf_search(keys[rows], keys_tensor, norms, layout, nprobe, k + 1), rows, k)
+        found = without_self(ivf_search(keys[rows], keys, layout, nprobe, k + 1), rows, k)
         recall[nprobe] = round(recall_at_k(found, truth), 4)
         if recall[nprobe] >= RECALL_TARGET:
             break

@@ -32,7 +32,8 @@ class Knn(NamedTuple):
     """The datastore and mixing weights as tensors, what the decode loops take (``k`` apart: a
     Python int, part of the compiled shape).
 
-    keys: ``(entries, dim)`` float32; key_norms: ``(entries,)`` float32, each key's squared norm;
+    keys: ``(entries, dim)`` float32 (with an index: sorted by list and ``capacity`` zero rows
+    after them); key_norms: ``(entries,)`` float32, each key's squared norm (the same rows);
     values: ``(entries,)`` int32 target ids; lam and temperature: float32 scalars; ivf: None
     (brute force) or the :class:`~kformer.models.ivf.Ivf` index the keys are sorted by.
     """
@@ -49,7 +50,7 @@ def knn_tensors(keys: np.ndarray, values: np.ndarray, lam: float, temperature: f
                 layout: IvfLayout | None = None, nprobe: int = 0) -> Knn:
     """A :class:`Knn` from numpy ``keys (entries, dim)`` (any float dtype) and ``values (entries,)``;
     with a ``layout`` (the keys sorted by its lists), searched through its ``nprobe`` nearest lists."""
-    return Knn(*key_tensors(keys), ops.convert_to_tensor(np.asarray(values, dtype="int32")),
+    return Knn(*key_tensors(keys, 0 if layout is None else layout.capacity), ops.convert_to_tensor(np.asarray(values, dtype="int32")),
                ops.convert_to_tensor(float(lam), "float32"), ops.convert_to_tensor(float(temperature), "float32"),
                None if layout is None else ivf_tensors(layout, nprobe))
 
