@@ -14,7 +14,7 @@ work has a static shape. At query time (:func:`ivf_nearest`, ``keras.ops`` only)
     slots past the list's size masked -> exact squared L2 to those keys -> top k
 
 Compiled, the windows are read by a loop of slices (:func:`looped_scores`; XLA on a CPU copies a
-gather element by element); eagerly by one gather (:func:`gathered_scores`).
+gather element by element, 3x slower); eagerly by one gather (:func:`gathered_scores`).
 
 Cost per query: ``lists + nprobe * capacity`` distances instead of ``entries``; with
 ``lists = LISTS_PER_ROOT * sqrt(entries)`` and capacity about ``entries / lists`` both terms grow
@@ -43,9 +43,9 @@ NPROBES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 RECALL_TARGET = 0.95
 RECALL_QUERIES = 256
 # What one candidate costs in a compiled search, in brute-force entries (keys searched by the
-# matrix product, which shares each key among the queries): 64 queries of dim 128 on this 2-core
-# CPU took about 0.37 us per entry by brute force and 3 us per candidate through the index
-# (20,000 and 200,000 entries, nprobe 16 and 32; looped_scores).
+# matrix product, which shares each key among the queries): 64 queries of dim 128 inside a
+# compiled loop on this 2-core CPU took about 0.35 us per entry by brute force and 2-4 us per
+# candidate through the index (100,000 and 20,000 entries, nprobe 16; looped_scores).
 CANDIDATE_COST = 8
 # Assignment and recall work in chunks of rows, so no intermediate passes about this many floats
 CHUNK_FLOATS = 1 << 24
@@ -138,16 +138,17 @@ def ivf_nearest(queries, keys, key_norms, ivf: Ivf, k: int):
 def gathered_scores(queries, keys, key_norms, candidates, ivf: Ivf):
     """``|key|^2 - 2 query . key`` ``(rows, nprobe * capacity)`` for each query's ``candidates``
     (rows of ``keys``), by one gather: quick eagerly, but XLA on a CPU copies a gather element by
-    element (the loop of :func:`looped_scores` is 2-5x quicker compiled)."""
+    element (the loop of :func:`looped_scores` is about 3x quicker compiled)."""
     gathered = ops.take(keys, candidates, axis=0)  # (rows, nprobe * capacity, dim)
     return ops.take(key_norms, candidates) - 2.0 * ops.einsum("rd,rmd->rm", queries, gathered)
 
 
 def looped_scores(queries, keys, key_norms, candidates, ivf: Ivf):
     """:func:`gathered_scores` by a loop over the (query, list) pairs, each a slice of
-    ``capacity`` rows from the list's start and one matrix-vector product. Compiled on a CPU,
-    64 queries of dim 128: 13-31 ms against the gather's 60 at 1M entries (nprobe 16), 5.5
-    against 9.5 at 200,000; eagerly each iteration costs a round trip. XLA treats a slice's start
+    ``capacity`` rows from the list's start and one matrix-vector product. Compiled on a CPU
+    (64 queries of dim 128, nprobe 16, inside a loop as in decoding): 2.7 ms against the gather's
+    8.6 at 100,000 entries (brute force 33.8), 2.4 against 7.2 at 20,000 (brute force 7.2);
+    eagerly each iteration costs a round trip. XLA treats a slice's start
     as a compile-time constant wherever it can trace it back to the compiled function's arguments:
     compiled on its own with the queries as an argument this recompiles for every query batch;
     inside the decode loops the queries are the loop's states, and it compiles once."""

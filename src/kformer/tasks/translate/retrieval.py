@@ -34,9 +34,9 @@ CENTROIDS_FILE = f"{RETRIEVAL_DIR}/centroids.npy"
 OFFSETS_FILE = f"{RETRIEVAL_DIR}/offsets.npy"
 SEARCHES = ("auto", "exact", "ivf")
 # "auto" searches an index from this many entries on, exactly below: there brute force costs at
-# most about 15 ms per decoding step of 64 rows (dim 128, compiled, on this 2-core CPU; 7.4 ms at
-# 20,000 entries against 3.5 ms through an index at nprobe 32, recall@16 0.955; 74 against 5.5 ms
-# at 200,000), and it finds the exact neighbours.
+# most about 15 ms per decoding step of 64 rows (dim 128, compiled, on this 2-core CPU: 7.2 ms at
+# 20,000 entries against 2.4 ms through an index at nprobe 16; 33.8 against 2.7 ms at 100,000),
+# and it finds the exact neighbours.
 IVF_FROM = 50_000
 # The grid tuning searches (temperatures as multiples of the datastore's typical distance).
 LAMBDAS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)  # 0.6 was chosen on a weak 3-minute model: room above it
