@@ -100,7 +100,7 @@ class OnnxClassifier:
         """Label, probability, unknown (ood_score below the calibrated threshold) and the top_k labels."""
         labels, threshold = self.meta["labels"], self.meta.get("threshold")
         results = []
-        for row, score in zip(*self.scored(texts)):
+        for row, score in zip(*self.scored(texts), strict=True):
             order = np.argsort(-row, kind="stable")[:top_k]
             unknown = threshold is not None and float(score) < threshold
             results.append({"label": self.meta["unknown_label"] if unknown else labels[order[0]],

@@ -93,6 +93,11 @@ def _register_retrieval(commands) -> None:
     build.add_argument("--temperature", type=float, default=None, metavar="T", help="with --lambda: the softmax "
                        "temperature on squared L2 distances (default: the typical distance to the k-th neighbour)")
     build.add_argument("--k", type=int, default=None, metavar="N", help="with --lambda: neighbours per step (default 8)")
+    build.add_argument("--search", choices=("auto", "exact", "ivf"), default="auto",
+                       help="how decoding finds the neighbours: exact (every key), ivf (an inverted-file index: "
+                       "the nearest lists' keys only) or auto (ivf for a large datastore; default)")
+    build.add_argument("--nprobe", type=int, default=None, metavar="N", help="with ivf: lists searched per step "
+                       "(default: the fewest whose neighbours agree with an exact search's, measured when building)")
     build.add_argument("--quiet", action="store_true", help="no line per tuning step")
     build.set_defaults(handler=retrieval_build_command)
     remove = actions.add_parser("remove", help="take the datastore out of a model folder",
@@ -108,11 +113,16 @@ def retrieval_build_command(args: argparse.Namespace) -> int:
     progress = None if args.quiet else print
     translator = translate.build_retrieval(args.model_dir, data=args.data, valid=args.valid, test=args.test,
                                            limit=args.limit, lam=args.lam, temperature=args.temperature, k=args.k,
-                                           progress=progress)
+                                           search=args.search, nprobe=args.nprobe, progress=progress)
     store, tuning = translator.retrieval, translator.retrieval.tuning
     size = (store.keys.nbytes + store.values.nbytes) / 1e6
     print(f"retrieval: {store.entries} entries ({size:.1f} MB) built in {tuning.get('build_seconds', 0):.1f} s; "
           f"lambda {store.lam}, temperature {store.temperature:.4g}, k {store.k}")
+    if store.index is not None:
+        recall = store.index.recall.get(store.nprobe)
+        print(f"search: ivf, {store.index.lists} lists of at most {store.index.capacity} entries, nprobe "
+              f"{store.nprobe}" + ("" if recall is None else f" (recall@{store.index.recall_k} {recall:.3f} on the "
+                                                             f"datastore's own keys)"))
     if "chrf_without" in tuning:
         print(f"validation chrF {tuning['chrf_with']:.2f} with retrieval, {tuning['chrf_without']:.2f} without "
               f"({tuning['valid_pairs']} pairs, greedy; tuning {tuning['seconds']:.0f} s)")

@@ -203,25 +203,27 @@ class Translator(TaskModel):
 
     def build_retrieval(self, data: PairData, *, valid: PairData | None = None, limit: int = 150,
                         lam: float | None = None, temperature: float | None = None, k: int | None = None,
-                        write: bool = True, progress=None) -> Translator:
+                        search: str = "auto", nprobe: int | None = None, write: bool = True,
+                        progress=None) -> Translator:
         """A datastore over the training pairs ``data`` (a path or pairs) and the translator that
         decodes with it -- written into this model folder unless ``write`` is False. Its weights
         are chosen by greedy chrF on the first ``limit`` pairs of ``valid`` (validation pairs; never
         the test pairs), or, with ``lam`` given, set (``temperature`` default: the datastore's
-        typical distance; ``k`` default 8) without tuning. With corpus tags, each source is keyed
-        with its corpus's tag, as training saw it (:meth:`corpus_domains`)."""
-        from kformer.data.pairs import normalize_text
+        typical distance; ``k`` default 8) without tuning. ``search`` (``"auto"``, ``"exact"``
+        or ``"ivf"``) and ``nprobe``: how decoding finds the neighbours (:func:`.retrieval.with_search`).
+        With corpus tags, each source is keyed with its corpus's tag, as training saw it
+        (:meth:`corpus_domains`)."""
         from kformer.tasks.translate.pairs import read_training_data
-        from kformer.tasks.translate.retrieval import datastore_for
+        from kformer.tasks.translate.retrieval import check_search_request, datastore_for
 
         at_least("limit", limit, 1)
+        check_search_request(search, nprobe)
         pairs = read_training_data(data, "data")[0]
         valid_pairs = read_pair_data(valid, "valid") if lam is None else []
         if lam is None and (temperature is not None or k is not None):
             raise BadInput("{field} must be given with temperature or k (they skip tuning)", field="lam")
-        store = datastore_for(self, self.encode_sources([p.source for p in pairs], self.corpus_domains(pairs)),
-                              self.target_vocab.encode([normalize_text(p.target) for p in pairs]), valid_pairs,
-                              limit, progress, lam=lam, temperature=temperature, k=k)
+        store = datastore_for(self, *self.encode_pairs(pairs), valid_pairs, limit, progress, lam=lam,
+                              temperature=temperature, k=k, search=search, nprobe=nprobe)
         if write:
             add_to_folder(self.folder, store)
             return load(self.folder)
@@ -233,6 +235,14 @@ class Translator(TaskModel):
             return [None] * len(pairs)
         tags = {row.get("name"): row.get("tag") for row in self.manifest.get("corpora") or []}
         return [tags.get(pair.corpus) for pair in pairs]
+
+    def encode_pairs(self, pairs: Sequence[Pair]) -> tuple[list[list[int]], list[list[int]]]:
+        """``(sources, targets)`` subword ids of ``pairs`` as training encoded them (sources
+        tagged with their corpus, :meth:`corpus_domains`; targets NFC-normalised)."""
+        from kformer.data.pairs import normalize_text
+
+        return (self.encode_sources([p.source for p in pairs], self.corpus_domains(pairs)),
+                self.target_vocab.encode([normalize_text(p.target) for p in pairs]))
 
     def _knn(self, retrieval: bool):
         """``(knn tensors, k)`` for decoding (``(None, 0)``: without retrieval)."""
@@ -266,7 +276,7 @@ class Translator(TaskModel):
     def metadata(self) -> dict[str, Any]:
         retrieval = {} if self.retrieval is None else {"retrieval": {
             "entries": self.retrieval.entries, "k": self.retrieval.k, "temperature": self.retrieval.temperature,
-            "lambda": self.retrieval.lam}}
+            "lambda": self.retrieval.lam, "search": self.retrieval.search, "nprobe": self.retrieval.nprobe}}
         return {**super().metadata(), "shared_vocab": self.source_vocab is self.target_vocab,
                 **({"encoder": self.manifest["encoder"]} if "encoder" in self.manifest else {}),
                 "domains": sorted(self.manifest.get("tags") or {}),
