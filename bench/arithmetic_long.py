@@ -31,15 +31,21 @@ same settings writing the product directly (``op_columns``), each trained ``--pr
     python -m bench.arithmetic_long [--minutes 10] [--short-minutes 2] [--held-out 10000] [--held-out-others N] [--no-record]
     python -m bench.arithmetic_long --minutes 0.3 --short-minutes 0.2 --held-out 50 --schemes learned abacus --no-record
     python -m bench.arithmetic_long --products [--product-minutes M] [--held-out 10000] [--held-out-others 1000]
+    python -m bench.arithmetic_long --setups arithmetic-long --seeds 3 --steps 15000 --rows runs.jsonl   # issue 35, section 3
+
+``--rows FILE`` keeps each finished training run there, and a rerun with the same file skips the
+runs it holds, so a long table can be made over several sittings.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import tempfile
+from pathlib import Path
 
-from bench.harness import record_or_print
+from bench.harness import append_rows, read_rows, record_or_print
 from bench.headlines import Headline
 from kformer.config import make_config
 from kformer.tasks import arithmetic
@@ -56,6 +62,12 @@ HEADLINES = (
              metric_name="exact match at 60 digits", percent=True,
              kformer={"system": "^kformer arithmetic-long, abacus positions$"},
              baseline={"system": "^kformer arithmetic-long, learned positions$"}, target=">= 0.90"),
+    Headline("arithmetic", "Multiplication", "3", name="Products of 3-digit operands (trained <= 5 digits)",
+             metric_name="exact match at 3x3 digits", percent=True,
+             kformer={"system": "long multiplication"}, baseline={"system": "written directly"}, target=">= 0.99"),
+    Headline("arithmetic", "Multiplication", "5", name="Products of 5-digit operands (trained <= 5 digits)",
+             metric_name="exact match at 5x5 digits", percent=True,
+             kformer={"system": "long multiplication"}, baseline={"system": "written directly"}, target=">= 0.95"),
 )
 
 SCHEMES = {  # row name -> the settings it changes in the recipe
@@ -77,21 +89,30 @@ PRODUCT_FORMATS = {  # row name -> the settings it changes in the multiplication
 PRODUCT_TARGETS = (3, 5)  # operand lengths with a target
 PRODUCT_LONGEST = 7
 BUDGET = "fit start to last step: XLA compile + checkpoint every epoch; scoring outside"
+STEPS_PER_EPOCH = 200  # the task's default; with --steps, the epochs are steps / this
 SCORE_SEED = 31  # problems unlike those of a training run's by_length (seed 2026)
 
 
 def train_and_score(recipe: str, scheme: dict, minutes: float | None, longest: int, held_out: int, seed: int, *,
-                    targets: tuple, held_out_others: int, keep: str | None = None) -> dict:
-    """Train ``recipe`` changed by ``scheme`` for ``minutes`` (None: the recipe's); exact match per
-    length 1..``longest`` on ``held_out`` problems per length (``held_out_others`` at lengths not in
-    ``targets``). The model folder is temporary, or ``keep``."""
-    budget = {} if minutes is None else {"max_minutes": minutes}
-    overrides = {**scheme, **budget, "epochs": 10**6, "seed": seed, "digits": longest,
+                    targets: tuple, held_out_others: int, keep: str | None = None, steps: int | None = None) -> dict:
+    """Train ``recipe`` changed by ``scheme`` for ``minutes`` (None: the recipe's), or for
+    ``steps`` training steps without a clock (the learning rate then decays over the steps, as it
+    decays over the minutes of a timed run); exact match per length 1..``longest`` on ``held_out``
+    problems per length (``held_out_others`` at lengths not in ``targets``). The model folder is
+    temporary, or ``keep``."""
+    budget = {"epochs": 10**6} if minutes is None else {"epochs": 10**6, "max_minutes": minutes}
+    if steps is not None:
+        budget = {"epochs": max(steps // STEPS_PER_EPOCH, 1), "steps_per_epoch": STEPS_PER_EPOCH}
+    overrides = {**scheme, **budget, "seed": seed, "digits": longest,
                  "held_out_size": min(held_out, 2000), "held_out_per_length": 0}
     config = make_config(arithmetic.ArithmeticConfig, "arithmetic", RECIPES[recipe], overrides)
+    if steps is not None:  # no clock: the recipe's max_minutes off (an override of None means "not given")
+        config = dataclasses.replace(config, max_minutes=None)
     with tempfile.TemporaryDirectory(prefix="kformer-arith-long-") as scratch:
         out = keep or scratch
         metrics = arithmetic.train(config, None, out).metrics
+        if steps is not None and metrics["steps"] != config.epochs * config.steps_per_epoch:
+            raise SystemExit(f"trained {metrics['steps']} steps, not the {config.epochs * config.steps_per_epoch} asked")
         model = arithmetic.load(out)
         by_length = {}
         for length in range(1, longest + 1):
@@ -115,7 +136,7 @@ def row(recipe: str, trained_on: str, name: str, runs: list[dict]) -> dict:
             out[f"exact_{length}_min"] = min(r["by_length"][length]["exact_match"] for r in runs)
     out["n_per_length"] = f"{min(s['n'] for s in first['by_length'].values())}-" \
                           f"{max(s['n'] for s in first['by_length'].values())}"
-    out["budget_includes"] = BUDGET
+    out["budget_includes"] = BUDGET if not first.get("steps") else f"{first['steps']:,} steps, no clock: train_s is wall time"
     return out
 
 
@@ -162,6 +183,12 @@ def main() -> None:
                         help="held-out problems per length at lengths without a target (default: --held-out)")
     parser.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=list(SCHEMES),
                         help="the rows to train (default: all)")
+    parser.add_argument("--setups", nargs="+", default=[recipe for recipe, *_ in SETUPS],
+                        choices=[recipe for recipe, *_ in SETUPS], help="the tables' halves to train (default: both)")
+    parser.add_argument("--rows", default=None, help="JSONL file of finished training runs: kept, and skipped on a rerun")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="instead of minutes, train each model this many steps (the result does not depend on "
+                        "what else runs on the machine; 15,000 is what 10 minutes give alone on 2 cores)")
     parser.add_argument("--seeds", type=int, default=1, help="training seeds per row (the mean is reported)")
     parser.add_argument("--products", action="store_true", help="record the products table instead (see above)")
     parser.add_argument("--product-minutes", type=float, default=None,
@@ -172,20 +199,36 @@ def main() -> None:
     others = args.held_out if args.held_out_others is None else args.held_out_others
     if args.products:
         return record_products(args, others)
-    target_lengths = sorted(length for *_, targets in SETUPS for length in targets)
+    target_lengths = sorted(length for recipe, *_, targets in SETUPS if recipe in args.setups for length in targets)
     rows = []
+    rows_file = None if args.rows is None else Path(args.rows)
+    done = {(run["recipe"], run["scheme"], run["seed"], run["minutes"], run.get("steps"), run["held_out"],
+             run["others"]): run for run in read_rows(rows_file)}
     for recipe, trained_on, longest, targets in SETUPS:
-        minutes = args.minutes if longest > 8 else args.short_minutes
+        if recipe not in args.setups:
+            continue
+        minutes = None if args.steps else args.minutes if longest > 8 else args.short_minutes
         for name in args.schemes:
-            runs = [train_and_score(recipe, SCHEMES[name], minutes, longest, args.held_out, seed,
-                                    targets=targets, held_out_others=others)
-                    for seed in range(args.seeds)]
+            runs = []
+            for seed in range(args.seeds):
+                key = (recipe, name, seed, minutes, args.steps, args.held_out, others)
+                if key not in done:
+                    done[key] = {"recipe": recipe, "scheme": name, "seed": seed, "minutes": minutes, "steps": args.steps,
+                                 "held_out": args.held_out, "others": others,
+                                 **train_and_score(recipe, SCHEMES[name], minutes, longest, args.held_out, seed,
+                                                   targets=targets, held_out_others=others, steps=args.steps)}
+                    append_rows(rows_file, [done[key]])
+                runs.append(done[key])
             rows.append(row(recipe, trained_on, name, runs))
             print({k: v for k, v in rows[-1].items() if k in ("system", "train_s", "8", "10", "20", "30", "60", "100")},
                   flush=True)
+    budget = f"{args.steps:,} training steps" if args.steps else f"{args.minutes:g} minutes of CPU training"
+    title = (f"What each part of arithmetic-long is worth: position schemes and the window, mean of {args.seeds} seeds, "
+             f"{budget} per model" if args.seeds > 1 else
+             f"Arithmetic that generalises: trained on short numbers, scored up to 100 digits, {args.minutes:g} minutes "
+             f"of CPU training per model (<= 4 digits: {args.short_minutes:g})")
     record_or_print(
-        f"Arithmetic that generalises: trained on short numbers, scored up to 100 digits, {args.minutes:g} minutes "
-        f"of CPU training per model (<= 4 digits: {args.short_minutes:g})",
+        title,
         rows,
         notes="Columns 1-100: exact match on held-out problems whose two operands both have that many digits "
         f"(up to {args.held_out:,} at the target lengths {', '.join(map(str, target_lengths))}, "
@@ -195,7 +238,12 @@ def main() -> None:
         "with one `positions` setting; the recipes (op_columns problems at their own width, every operand length "
         "in every batch, attention_window 2) were chosen on generated held-out problems (validation), this "
         "table's problems drawn afresh. Targets: trained on <= 10 digits in <= 10 minutes, >= 99 % at 20 digits and "
-        ">= 90 % at 30 (issue 25), >= 90 % at 60, 100 measured (issue 35); trained on <= 4 digits, >= 99 % at 8.",
+        ">= 90 % at 30 (issue 25), >= 90 % at 60, 100 measured (issue 35); trained on <= 4 digits, >= 99 % at 8."
+        + (f" Each row is the mean of {args.seeds} training seeds scored on the same problems; exact_N_min: the "
+           "worst seed at N digits." if args.seeds > 1 else "")
+        + (f" Every model trained {args.steps:,} steps, the learning rate decaying over them as a timed run's decays "
+           "over its minutes, so a row does not depend on what else ran on the machine (train_s: its wall time)."
+           if args.steps else ""),
         record=not args.no_record,
     )
 

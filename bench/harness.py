@@ -208,7 +208,7 @@ def append_rows(path: Path | None, rows: Sequence[dict]) -> None:
     """Append finished runs' rows to a ``--rows`` JSONL file, so that a stopped run loses nothing."""
     if path is not None:
         with path.open("a", encoding="utf-8") as handle:
-            handle.writelines(json.dumps(row) + "\n" for row in rows)
+            handle.writelines(json.dumps(row, default=_json_value) + "\n" for row in rows)
 
 
 def add_rule_check_args(parser, group_flag: str, groups: Sequence[str], alternatives: Sequence[str],

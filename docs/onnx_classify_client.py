@@ -1,12 +1,12 @@
 """Classify with a kformer ONNX export -- onnxruntime and NumPy only (and Python's standard
-library), no kformer: it tokenises as ``metadata.json["tokenizer"]`` says.
+library; ``onnx_wordpiece.py`` beside it), no kformer: it tokenises as ``metadata.json["tokenizer"]`` says.
 
     python docs/onnx_classify_client.py EXPORT_DIR "my laptop screen is broken" "refund please"
 
 EXPORT_DIR is what ``kformer export MODEL_DIR --format onnx --out EXPORT_DIR`` wrote for a
-classifier: ``model.onnx`` (``token_ids`` -- and ``texts`` when the model mixes in its wide n-gram
-part, which runs inside the graph -- to ``probabilities``, ``labels`` and ``ood_score``, the
-score the calibrated threshold applies to), ``vocab.txt``,
+classifier: ``model.onnx`` (``token_ids`` -- and ``texts`` when the model's wide n-gram part runs
+inside the graph: mixed in, or read by the ``tfidf`` or ``combined`` score -- to ``probabilities``,
+``labels`` and ``ood_score``, the score the calibrated threshold applies to), ``vocab.txt``,
 ``labels.txt`` and ``metadata.json``. ONNX has no operator for the Unicode normalisation and the
 word splitting kformer's tokenizers do, so they are here: kformer's word tokenizer (``kind``
 ``word``) and KerasHub's WordPiece (``wordpiece``; ``bert`` adds ``[CLS]``/``[SEP]``). The answers
@@ -24,14 +24,11 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # onnx_wordpiece.py lies beside this file
+from onnx_wordpiece import WordPieces  # noqa: E402
+
 HTML_BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
 WORD_TOKEN = re.compile(r"\w+|[^\w\s]")
-CJK = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
-       (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
-IGNORABLE = ((0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160), (0x17B4, 0x17B5),
-             (0x180B, 0x180F), (0x200B, 0x200F), (0x202A, 0x202E), (0x2060, 0x206F), (0x3164, 0x3164),
-             (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0x1BCA0, 0x1BCA3),
-             (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF))
 CHARS_PER_TOKEN = 16
 
 
@@ -44,6 +41,7 @@ class OnnxClassifier:
         self.spec = self.meta["tokenizer"]
         self.vocabulary = (folder / self.spec["vocabulary_file"]).read_text(encoding="utf-8").splitlines()
         self.ids = {token: i for i, token in enumerate(self.vocabulary)}
+        self.wordpiece = WordPieces(self.spec, self.ids)
         self.session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
 
     def token_ids(self, texts: list[str]) -> np.ndarray:
@@ -82,45 +80,10 @@ class OnnxClassifier:
     def piece_ids(self, text: str) -> list[int]:
         spec = self.spec
         text = " ".join(HTML_BREAK.sub(" ", text).split())[: spec["max_length"] * CHARS_PER_TOKEN]
-        pieces = [piece for word in self.words(text) for piece in self.word_pieces(word)]
-        ids = [self.ids[piece] for piece in pieces]
+        ids = [self.ids[piece] for piece in self.wordpiece.pieces(text)]
         if spec["kind"] == "bert":
             return [self.ids["[CLS]"], *ids[: spec["max_length"] - 2], self.ids["[SEP]"]]
         return ids
-
-    def words(self, text: str) -> list[str]:
-        spec = self.spec
-        if spec["strip_accents"]:
-            text = "".join(c for c in unicodedata.normalize("NFD", text) if unicodedata.category(c) != "Mn")
-        words, current = [], ""
-        for char in text:
-            kept = _punctuation(char) or (spec["split_on_cjk"] and _in(char, CJK))
-            if kept or char in " \t\n\r\f" or unicodedata.category(char) in ("Cc", "Cf"):
-                words += [current] if current else []
-                words += [char] if kept else []
-                current = ""
-            else:
-                current += char
-        words += [current] if current else []
-        return [_case_fold(word) for word in words] if spec["lowercase"] else words
-
-    def word_pieces(self, word: str) -> list[str]:
-        spec = self.spec
-        if len(word.encode("utf-8")) > spec["max_bytes_per_word"]:
-            return [spec["oov_token"]]
-        pieces, start = [], 0
-        while start < len(word):
-            end = len(word)
-            while end > start:
-                piece = (spec["suffix_indicator"] if start else "") + word[start:end]
-                if piece in self.ids:
-                    break
-                end -= 1
-            else:
-                return [spec["oov_token"]]
-            pieces.append(piece)
-            start = end
-        return pieces
 
     # --- the model ---
 
@@ -128,7 +91,7 @@ class OnnxClassifier:
         """Class probabilities (texts, classes) and in-scope scores (texts,): the best probability,
         or minus a distance of the text's vector (``metadata.json["ood"]`` says which)."""
         feed = {"token_ids": self.token_ids(texts)}
-        if self.meta.get("wide"):  # the wide n-gram part reads the texts, cut to its length, in the graph
+        if self.meta.get("wide"):  # the wide n-gram part reads the texts (cut to its length) in the graph
             feed["texts"] = np.array([text[: self.meta["wide"]["max_chars"]] for text in texts], dtype=object)
         probabilities, scores = self.session.run(["probabilities", "ood_score"], feed)
         return probabilities, scores
@@ -137,29 +100,13 @@ class OnnxClassifier:
         """Label, probability, unknown (ood_score below the calibrated threshold) and the top_k labels."""
         labels, threshold = self.meta["labels"], self.meta.get("threshold")
         results = []
-        for row, score in zip(*self.scored(texts)):
+        for row, score in zip(*self.scored(texts), strict=True):
             order = np.argsort(-row, kind="stable")[:top_k]
             unknown = threshold is not None and float(score) < threshold
             results.append({"label": self.meta["unknown_label"] if unknown else labels[order[0]],
                             "probability": round(float(row[order[0]]), 6), "unknown": unknown,
                             "top_k": [{"label": labels[j], "probability": round(float(row[j]), 6)} for j in order]})
         return results
-
-
-def _in(char: str, ranges) -> bool:
-    return any(lo <= ord(char) <= hi for lo, hi in ranges)
-
-
-def _punctuation(char: str) -> bool:
-    code = ord(char)
-    return 33 <= code <= 47 or 58 <= code <= 64 or 91 <= code <= 96 or 123 <= code <= 126 or \
-        unicodedata.category(char).startswith("P")
-
-
-def _case_fold(word: str) -> str:
-    """NFKC case folding (tf_text.case_fold_utf8), as KerasHub lowercases."""
-    word = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", word).casefold())
-    return "".join(c for c in word if not _in(c, IGNORABLE))
 
 
 if __name__ == "__main__":

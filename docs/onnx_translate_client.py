@@ -1,10 +1,14 @@
-"""Translate with a kformer ONNX export -- onnxruntime, sentencepiece and NumPy only, no kformer.
+"""Translate with a kformer ONNX export -- onnxruntime, sentencepiece and NumPy only (and
+``onnx_wordpiece.py`` beside it), no kformer.
 
     python docs/onnx_translate_client.py EXPORT_DIR "one two" "three"
+    python docs/onnx_translate_client.py EXPORT_DIR --domain news "one two"   # a model with corpus tags
 
 EXPORT_DIR is what ``kformer export MODEL_DIR --format onnx --out EXPORT_DIR`` wrote for a
 translator: ``encoder.onnx``, ``decoder_step.onnx``, the vocabulary files and ``metadata.json``,
-which says everything this client follows (``source_text``, ``length_cap``, ``greedy``). The
+which says everything this client follows (``source_text``, ``length_cap``, ``greedy``; a
+pretrained (BERT) encoder's source is WordPiece ids, ``source_vocabulary_kind`` ``wordpiece``,
+tokenised by ``onnx_wordpiece.py`` as ``metadata.json["wordpiece"]`` says; ``tag_rule``). The
 encoder runs once per batch and gives every decoder layer's cross-attention keys and values; each
 decoder step takes one token and the self-attention cache and returns the next token's logits and
 the cache with that position added, so ``n`` tokens cost ``n`` one-token steps. The greedy choice
@@ -22,6 +26,9 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # onnx_wordpiece.py lies beside this file
+from onnx_wordpiece import WordPieces  # noqa: E402
 
 
 class OnnxDecoder:
@@ -74,16 +81,26 @@ class OnnxTranslator(OnnxDecoder):
 
     def __init__(self, folder: str | Path):
         super().__init__(folder)
-        self.source = _vocabulary(self.folder / self.meta["source_vocabulary"], self.meta["vocabulary_kind"])
-        self.target = _vocabulary(self.folder / self.meta["target_vocabulary"], self.meta["vocabulary_kind"])
+        kind = self.meta["vocabulary_kind"]
+        self.source = _vocabulary(self.folder / self.meta["source_vocabulary"],
+                                  self.meta.get("source_vocabulary_kind", kind), self.meta.get("wordpiece"))
+        self.target = _vocabulary(self.folder / self.meta["target_vocabulary"], kind)
 
-    def source_ids(self, text: str) -> list[int]:
-        text = " ".join(unicodedata.normalize("NFC", text).split())
-        return self.source.encode(text)[: self.meta["max_source_length"]] or [1]  # 1: [UNK]
+    def source_ids(self, text: str, domain: str | None = None) -> list[int]:
+        """The ids of ``text`` (metadata ``source_text``), led by the tag of ``domain`` (``tag_rule``)."""
+        ids = self.source.encode(" ".join(unicodedata.normalize("NFC", text).split()))
+        if domain is not None:
+            at = self.meta["tag_position"]
+            ids = [*ids[:at], self.meta["tags"][domain]["id"], *ids[at:]]
+        longest = self.meta["max_source_length"]
+        if isinstance(self.source, _WordPieceSource):  # [CLS] ... [SEP]: a long source keeps its [SEP]
+            return ids if len(ids) <= longest else [*ids[: longest - 1], ids[-1]]
+        return ids[:longest] or [1]  # 1: [UNK]
 
-    def translate(self, texts: list[str], batch_size: int = 64) -> list[str]:
-        """Greedy translations; sources of similar length are decoded together, ``batch_size`` at a time."""
-        sources = {i: self.source_ids(text) for i, text in enumerate(texts) if text.strip()}
+    def translate(self, texts: list[str], batch_size: int = 64, domain: str | None = None) -> list[str]:
+        """Greedy translations (``domain``: a corpus tag of metadata ``tags``, or None: neutral); sources
+        of similar length are decoded together, ``batch_size`` at a time."""
+        sources = {i: self.source_ids(text, domain) for i, text in enumerate(texts) if text.strip()}
         order = sorted(sources, key=lambda i: len(sources[i]))
         results = [""] * len(texts)
         for start in range(0, len(order), batch_size):
@@ -136,12 +153,28 @@ class _Pieces:
         return self.model.decode(ids)
 
 
-def _vocabulary(path: Path, kind: str):
+class _WordPieceSource:
+    """A pretrained encoder's WordPiece vocabulary (a source only): ``[CLS]`` + piece ids + ``[SEP]``."""
+
+    def __init__(self, path: Path, rules: dict):
+        self.ids = {token: i for i, token in enumerate(path.read_text(encoding="utf-8").splitlines())}
+        self.pieces, self.rules = WordPieces(rules, self.ids), rules
+
+    def encode(self, text: str) -> list[int]:
+        return [self.rules["cls_id"], *(self.ids[piece] for piece in self.pieces.pieces(text)), self.rules["sep_id"]]
+
+
+def _vocabulary(path: Path, kind: str, rules: dict | None = None):
+    if kind == "wordpiece":
+        return _WordPieceSource(path, rules)
     return _Words(path) if kind == "words" else _Pieces(path)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 3:
-        sys.exit("usage: python onnx_translate_client.py EXPORT_DIR TEXT [TEXT ...]")
-    for translation in OnnxTranslator(sys.argv[1]).translate(sys.argv[2:]):
+    arguments = sys.argv[2:]
+    tag = arguments[1] if arguments[:1] == ["--domain"] else None
+    arguments = arguments[2:] if tag is not None else arguments
+    if len(sys.argv) < 2 or not arguments:
+        sys.exit("usage: python onnx_translate_client.py EXPORT_DIR [--domain TAG] TEXT [TEXT ...]")
+    for translation in OnnxTranslator(sys.argv[1]).translate(arguments, domain=tag):
         print(translation)

@@ -99,12 +99,26 @@ def write_tsv_pairs(path: Path, pairs) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_models(tmp_path_factory) -> dict[str, Path]:
+def tiny_models(tmp_path_factory, worker_id) -> dict[str, Path]:
     """Folders of the tiny classifier, translator and arithmetic model the serving and export tests
-    share (server_helpers.py), trained once per session; tests must not write into them."""
+    share (server_helpers.py), trained once per test run: pytest-xdist's workers share one copy
+    (the first to ask trains it under a file lock, the others wait for it and read it, as
+    pytest-xdist's docs show), so tests must not write into them."""
+    import json
+    import shutil
+
+    from filelock import FileLock
     from server_helpers import train_tiny_models
 
-    return train_tiny_models(tmp_path_factory.mktemp("tiny-models"))
+    shared = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+    root, done = shared / "tiny-models", shared / "tiny-models.json"
+    with FileLock(f"{root}.lock"):
+        if not done.is_file():
+            shutil.rmtree(root, ignore_errors=True)  # a run stopped half-way
+            root.mkdir()
+            folders = train_tiny_models(root)
+            done.write_text(json.dumps({name: folder.name for name, folder in folders.items()}), encoding="utf-8")
+    return {name: root / folder for name, folder in json.loads(done.read_text(encoding="utf-8")).items()}
 
 
 @pytest.fixture(scope="module")

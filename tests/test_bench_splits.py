@@ -1,5 +1,5 @@
 """The splits the benchmarks' honesty claims rest on, on small data each test writes itself (never
-../shared/data): bench/ood.py's held-out intents, bench/en_ta_levers.py's document hold-outs,
+../shared/data): bench/ood.py's held-out intents, bench/en_ta_levers.py's and bench/en_ta_splits.py's hold-outs,
 bench/baselines.py's tuned linear baseline choosing on validation only, and
 bench/arithmetic_long.py's freshly drawn held-out problems."""
 
@@ -90,6 +90,37 @@ def test_ood_split_with_a_validation_file_takes_it_whole(scratch):
     assert sorted(valid) == sorted(val_rows)  # in-scope texts and the held-out intents' texts, as given
     assert not {t for t, _ in train} & {t for t, _ in valid}
     assert _read(splits("hwu64", folder)[0]) == train
+
+
+def test_ood_none_rows_are_the_held_out_texts_validation_does_not_hold_and_never_test_texts(scratch):
+    from bench.ood import NONE_LABEL, splits
+
+    folder = scratch / "banking77"
+    folder.mkdir()
+    write_csv(folder / "train.csv", _intent_rows("train", 12))
+    write_csv(folder / "test.csv", _intent_rows("test", 3))
+    plain_train, plain_valid, _, held = splits("banking77", folder)
+    train_path, valid_path, _, _ = splits("banking77", folder, none_rows=True)
+    train, valid = _read(train_path), _read(valid_path)
+    assert valid == _read(plain_valid)  # validation is the same with or without the lever
+    none = [text for text, label in train if label == NONE_LABEL]
+    held_texts = {t for t, label in _intent_rows("train", 12) if label in held}
+    assert len(none) == 3 * 12 - 3 * 12 // 2 and set(none) <= held_texts  # the other half
+    assert not set(none) & {t for t, _ in valid}
+    assert [row for row in train if row[1] != NONE_LABEL] == _read(plain_train)
+
+
+def test_ood_rows_of_several_seeds_are_their_mean_with_the_auroc_spread():
+    from bench.ood import mean_rows
+
+    def seed(auroc, picked):
+        return [{"dataset": "d", "system": "d: scratch -- knn", "score": "knn", "auto_pick": picked,
+                 "test_auroc": auroc, "in_scope_accuracy": 0.9, "meets_target": auroc > 0.94, "train_s": 10.0}]
+
+    (row,) = mean_rows([seed(0.9, False), seed(0.96, True), seed(0.93, False)])
+    assert row["test_auroc"] == pytest.approx(0.93) and row["test_auroc_sd"] == pytest.approx(0.03)
+    assert row["system"] == "d: scratch -- knn (auto's pick)" and row["auto_picks"] == 1
+    assert row["seeds"] == 3 and row["meets_target"] is False and row["in_scope_accuracy"] == pytest.approx(0.9)
 
 
 # --- bench/en_ta_levers.py: whole documents held out ---------------------------------------------------
@@ -286,3 +317,64 @@ def test_the_products_table_trains_the_recipe_and_the_direct_format_and_scores_3
     assert [r["system"] for r in rows] == ["kformer multiplication, long multiplication (the recipe)",
                                            "kformer multiplication, the product written directly"]
     assert rows[0]["5"] == 0.5 and rows[0]["train_minutes"] == 1.0
+
+
+# --- bench/en_ta_splits.py: TICO-19 by document, Joshua IPC by seg_id, every other corpus trains -------------
+
+
+def _en_ta_corpora(root: Path) -> None:
+    """Beside :func:`_tico`'s files: a Joshua IPC folder (seg_ids of 1-4 English variants of one
+    Tamil sentence), a gzipped Bible holding a shouted copy of every TICO-19 source, and small
+    NLPC-UoM (with a glossary) and TICO-19 term files."""
+    import gzip
+
+    rng = np.random.default_rng(5)
+    pairs, meta = [], ["seg_id\torig_split\tref_index"]
+    for segment in range(40):
+        for variant in range(int(rng.integers(1, 5))):
+            pairs.append(f"seg{segment} variant{variant}\tவாக்கியம் {segment}")
+            meta.append(f"doc_{segment}\tdev\t{variant}")
+    (root / "en-ta-joshua-ipc").mkdir()
+    (root / "en-ta-joshua-ipc" / "en-ta.tsv").write_text("\n".join(pairs) + "\n", encoding="utf-8")
+    (root / "en-ta-joshua-ipc" / "en-ta.meta.tsv").write_text("\n".join(meta) + "\n", encoding="utf-8")
+    tico = (root / "en-ta-tico19" / "en-ta.tsv").read_text(encoding="utf-8").splitlines()
+    bible = [f"{line.split(chr(9))[0].upper()}!\tவசனம் {i}" for i, line in enumerate(tico)]
+    bible += [f"verse {i}\tவசனம் {i}" for i in range(30)]
+    (root / "en-ta-bible").mkdir()
+    with gzip.open(root / "en-ta-bible" / "en-ta.tsv.gz", "wt", encoding="utf-8") as handle:
+        handle.write("\n".join(bible) + "\n")
+    for folder, file, stem in (("en-ta-nlpc-uom", "en-ta.tsv", "circular"), ("en-ta-nlpc-uom", "glossary.tsv", "term"),
+                               ("en-ta-tico19-terms", "en-ta.tsv", "covid term")):
+        (root / folder).mkdir(exist_ok=True)
+        (root / folder / file).write_text("".join(f"{stem} {i}\tசொல் {i}\n" for i in range(20)), encoding="utf-8")
+
+
+def test_en_ta_split_keeps_held_out_sentences_out_of_training(tmp_path, monkeypatch):
+    import bench.en_ta_splits as en_ta
+
+    sizes = _tico(tmp_path)
+    _en_ta_corpora(tmp_path)
+    monkeypatch.setattr(en_ta, "IPC_TEST", 6)
+    monkeypatch.setattr(en_ta, "IPC_VALID", 4)
+    split = en_ta.split(data=lambda *parts: tmp_path.joinpath(*parts))
+    assert {p.corpus for p in split.train} == set(en_ta.CORPORA)  # every corpus trains, each pair names its own
+    held = [p for part in (*split.test.values(), *split.valid.values()) for p in part]
+    assert not {en_ta.source_key(p.source) for p in held} & {en_ta.source_key(p.source) for p in split.train}
+    # the Bible's shouted copies of held-out TICO-19 sources were removed, and counted; its others kept
+    tico_held = len(split.test["tico"]) + len(split.valid["tico"])
+    assert split.removed == {"en-ta-bible": tico_held}
+    assert len(split.train_of(["en-ta-bible"])) == sum(sizes.values()) + 30 - tico_held
+    # TICO-19: whole documents, none on two sides
+    docs = [{_document(p) for p in part} for part in (split.train_of(["en-ta-tico19"]), split.test["tico"],
+                                                       split.valid["tico"])]
+    assert not docs[0] & docs[1] and not docs[0] & docs[2] and not docs[1] & docs[2]
+    assert docs[1] == set(split.test_documents)
+    # Joshua IPC: 6 test and 4 validation seg_ids, each scored once (its first variant); none of their pairs trains
+    segment = lambda pair: pair.source.split()[0]  # noqa: E731
+    test_ids, valid_ids = [segment(p) for p in split.test["ipc"]], [segment(p) for p in split.valid["ipc"]]
+    assert len(set(test_ids)) == len(test_ids) == 6 and len(set(valid_ids)) == len(valid_ids) == 4
+    assert all(p.source.endswith("variant0") for p in split.test["ipc"] + split.valid["ipc"])
+    assert not {segment(p) for p in split.train_of(["en-ta-joshua-ipc"])} & set(test_ids + valid_ids)
+    assert {p.corpus for p in split.valid_pairs()[:2]} == {"en-ta-tico19", "en-ta-joshua-ipc"}  # interleaved
+    again = en_ta.split(data=lambda *parts: tmp_path.joinpath(*parts))
+    assert (again.train, again.test, again.valid) == (split.train, split.test, split.valid)  # fixed seeds

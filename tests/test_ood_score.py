@@ -136,14 +136,17 @@ def test_auto_takes_the_score_validation_separates_best(tmp_path):
     metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
     chosen = metrics["auto"]["ood_score"]
     recorded = metrics["calibration"]["auroc_of_each_score"]
-    assert set(recorded) == {"probability", "mahalanobis", "knn"}
+    assert set(recorded) == {"probability", "mahalanobis", "knn", "mahalanobis_layers"}  # no wide part: no tfidf
     classifier = load(out)
     assert (classifier.ood is None) == (chosen["value"] == "probability")
     assert metrics["calibration"]["ood_score"] == chosen["value"]
 
     # every score fitted again from the training texts' vectors, scored on the validation texts
     training = read_labelled(train)
+    layers = classifier.with_vectors(layers=True).text_vectors(training.texts)  # (n, blocks * dim)
     vectors = classifier.with_vectors().text_vectors(training.texts)
+    blocks = layers.shape[1] // vectors.shape[1]
+    np.testing.assert_allclose(layers[:, -vectors.shape[1]:], vectors, atol=1e-6)  # the last block's: the text vector
     label_ids = np.array([classifier.labels.index(label) for label in training.labels])
     rows = read_labelled(valid)
     inside = [t for t, lb in zip(rows.texts, rows.labels, strict=True) if lb != HELD_OUT[0]]
@@ -152,13 +155,59 @@ def test_auto_takes_the_score_validation_separates_best(tmp_path):
     truth = np.r_[np.ones(len(inside)), np.zeros(len(outside))]
     own = {}
     for kind in recorded:
-        ood = None if kind == "probability" else fit_score(kind, vectors, label_ids, len(classifier.labels))
+        ood = None if kind == "probability" else fit_score(kind, layers if kind == "mahalanobis_layers" else vectors,
+                                                           label_ids, len(classifier.labels), layers=blocks)
         scorer = classifier.with_parts(wide=classifier.wide, threshold=None, ood=ood)
         own[kind] = roc_auc_score(truth, scorer.scored(inside + outside)[1])
     assert recorded == pytest.approx(own, abs=1e-3)
     # the pick is the best of them (ties within the recomputation's noise allowed), clearly above chance
     assert own[chosen["value"]] >= max(own.values()) - 1e-3 and own[chosen["value"]] >= 0.8
     assert f"({recorded[chosen['value']]:.3f})" in chosen["why"]
+
+
+def test_the_graphs_tfidf_novelty_is_the_kth_cosine_distance_to_the_sparse_bank():
+    """The TF-IDF novelty as graph operations -- TensorFlow: the SparseTensor bank times the batch;
+    ONNX Runtime: a text at a time under Scan, its n-grams' slices of the bank by column added
+    into the bank rows; then TopK -- against SciPy's kth_cosine_distance on a random sparse bank:
+    an empty text, one whose n-grams no bank row has, a bank row's own vector; k over the rows;
+    an empty batch."""
+    import onnx
+    import onnxruntime as ort
+    import tensorflow as tf
+    from onnx import TensorProto, helper
+    from scipy import sparse
+
+    from kformer.tasks.classify.ood_text import TfidfNovelty, kth_cosine_distance, unit_rows
+    from kformer.tasks.classify.ood_text_graph import onnx_text_score, tf_text_score
+    from kformer.tasks.classify.wide_graph import OnnxGraph
+
+    bank = sparse.random(40, 60, density=0.15, random_state=1, dtype="float32").tolil()
+    bank[:, 50:] = 0.0  # n-grams no bank row has
+    bank = unit_rows(bank)
+    queries = sparse.random(7, 60, density=0.15, random_state=2, dtype="float32").tolil()
+    queries[0, :] = 0.0  # no n-gram at all: the novelty is -1
+    queries[1, :] = bank[3].toarray() * 2.0  # a bank row's own vector, scaled (unit_rows scales it back)
+    queries[2, :50], queries[2, 55] = 0.0, 1.0  # n-grams, none in the bank: -1 too
+    queries = sparse.csr_matrix(queries)
+    coo = queries.tocoo()
+    features = tf.SparseTensor(np.stack([coo.row, coo.col], axis=1).astype("int64"), coo.data, queries.shape)
+    for k in (3, 50):
+        novelty = TfidfNovelty(None, bank, k)
+        expected = -kth_cosine_distance(unit_rows(queries), bank, k)
+        assert expected[0] == expected[2] == -1.0
+        np.testing.assert_allclose(tf_text_score(novelty)(features).numpy(), expected, rtol=0, atol=1e-6)
+        g = OnnxGraph("test_")
+        out = onnx_text_score(g, novelty, "features", "")
+        model = helper.make_model(helper.make_graph(
+            g.nodes, "novelty", [helper.make_tensor_value_info("features", TensorProto.FLOAT, [None, 60])],
+            [helper.make_tensor_value_info(out, TensorProto.FLOAT, [None])], g.initializers),
+            opset_imports=[helper.make_opsetid("", 17)])
+        onnx.checker.check_model(model)
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        np.testing.assert_allclose(session.run(None, {"features": queries.toarray()})[0], expected, rtol=0, atol=1e-6)
+    none = tf.SparseTensor(np.zeros((0, 2), dtype="int64"), np.zeros(0, dtype="float32"), (0, 60))  # an empty batch
+    nothing = session.run(None, {"features": np.zeros((0, 60), dtype="float32")})[0]
+    assert tf_text_score(novelty)(none).shape == nothing.shape == (0,)
 
 
 # --- a tiny classifier with one intent held out of training -------------------------------------------
@@ -342,3 +391,172 @@ def test_an_ood_score_of_unknown_kind_is_a_corrupt_folder(tmp_path):
     assert load_score(tmp_path, score.manifest()).dim == 3
     with pytest.raises(CorruptModel, match="ood"):
         load_score(tmp_path, {**score.manifest(), "score": "psychic"})
+
+
+# --- issue 34 part 2: the layer-wise distance and the scores that read the wording, in a folder -------------
+
+
+def _with_score(ood_folder, folder, score, **manifest_items):
+    """A copy ``folder`` of the trained folder whose unknown route reads ``score`` instead (its
+    statistics saved beside the network), with the threshold routing half of the training texts."""
+    import shutil
+
+    shutil.copytree(ood_folder, folder)
+    score.save(folder)
+    manifest = json.loads((folder / "kformer.json").read_text(encoding="utf-8"))
+    manifest.update(ood=score.manifest(), **manifest_items)
+    (folder / "kformer.json").write_text(json.dumps(manifest), encoding="utf-8")
+    return folder
+
+
+def _training(classifier):
+    """``(texts, class indices (n,), every block's vectors (n, L * D), L)`` of the fixture's training texts."""
+    texts, labels = zip(*_rows(40, 1, INTENTS.items()), strict=True)
+    layers = classifier.with_vectors(layers=True).text_vectors(list(texts))
+    blocks = layers.shape[1] // classifier.with_vectors().text_vectors(list(texts[:1])).shape[1]
+    return list(texts), np.array([classifier.labels.index(label) for label in labels]), layers, blocks
+
+
+def test_layer_wise_mahalanobis_is_computed_alike_by_both_exports_and_the_onnx_runtime(ood_folder, tmp_path):
+    """The same network with mahalanobis_layers statistics: SavedModel, model.onnx and the onnx
+    runtime give the folder's scores within 1e-4 relative and absolute (check_classifier_exports'
+    tolerance; the onnx runtime: the next test). Why that holds in float32: each block's distance
+    is a squared Euclidean distance of whitened vectors of moderate size (relative rounding
+    ~1e-6 of a distance of tens), and standardising subtracts the block's training mean and
+    divides by its deviation (here of the size of the distances themselves), so a score near 0
+    keeps an absolute error of some 1e-5: measured 3.5e-5 at most, a fifth of the 1e-4 + 1e-4 |s|
+    allowed. The routes must agree wherever a score is farther than that from the threshold
+    (assert_same_routes in check_classifier_exports)."""
+    from export_helpers import check_classifier_exports
+
+    from kformer.tasks.classify import load
+    from kformer.tasks.classify.ood import LAYERS
+
+    classifier = load(ood_folder)
+    texts, label_ids, layers, blocks = _training(classifier)
+    score = fit_score(LAYERS, layers, label_ids, len(classifier.labels), layers=blocks)
+    folder = _with_score(ood_folder, tmp_path / "layers", score, threshold=float(np.median(score(layers))))
+    layered = load(folder)
+    assert layered.ood_kind == LAYERS and layered.predictor.vectors == "layers"
+    in_scope, held_out = _texts()
+    asked = [t for t, _ in in_scope] + held_out + texts[:8]
+    scores = layered.scored(asked)[1]
+    np.testing.assert_allclose(scores, score(layered.text_vectors(asked)), rtol=1e-9)
+    assert scores[len(in_scope):len(in_scope) + len(held_out)].max() < scores[:len(in_scope)].min()  # held out: lower
+
+    metadata = check_classifier_exports(folder, asked, tmp_path / "exports")  # the onnx runtime: the next test
+    assert metadata["onnx"]["ood"]["score"] == LAYERS and "encoder blocks" in metadata["onnx"]["ood"]["units"]
+
+
+def test_tfidf_and_combined_scores_live_in_the_folder_and_both_exports(ood_folder, tmp_path):
+    """A wide part (here of weight 0: the probabilities stay the network's) brings the TF-IDF
+    novelty; combined adds it, standardised, to the layer-wise distance. Both are kept in ood/
+    without pickle, read back with the folder's wide part, and computed on every runtime; both
+    exports compute the combined score in their graph (the texts input taken for the novelty
+    alone, nothing mixed in), within 1e-4 of the folder's, and route as it routes."""
+    from export_helpers import assert_same_routes, check_classifier_exports
+
+    from kformer.tasks.classify import load, wide_fit
+    from kformer.tasks.classify.ood import LAYERS
+    from kformer.tasks.classify.ood_text import COMBINED, combine, fit_tfidf
+    from kformer.tasks.classify.wide import Mix
+
+    classifier = load(ood_folder)
+    texts, label_ids, layers, blocks = _training(classifier)
+    part = wide_fit.fit(texts, [classifier.labels[i] for i in label_ids], classifier.labels)
+    network = fit_score(LAYERS, layers, label_ids, len(classifier.labels), layers=blocks)
+    combined = combine(network, network(layers), fit_tfidf(part, texts))
+    assert combined.weight == 0.5  # no out-of-scope validation texts to choose it on: the fallback
+    folder = tmp_path / "combined"
+    _with_score(ood_folder, folder, combined, wide=Mix(part, 0.0).manifest(), threshold=-1.0)
+    part.save(folder)
+    loaded = load(folder)
+    assert loaded.ood_kind == COMBINED and loaded.ood.network_kind == LAYERS
+    in_scope, held_out = _texts()
+    asked = [t for t, _ in in_scope] + held_out
+    (c0, c1), (s0, s1) = combined.centre, combined.scale
+    novelty = fit_tfidf(part, texts).of(None, None, asked)
+    by_hand = 0.5 * (network(loaded.text_vectors(asked)) - c0) / s0 + 0.5 * (novelty - c1) / s1
+    scores = loaded.scored(asked)[1]
+    np.testing.assert_allclose(scores, by_hand, rtol=1e-9, atol=1e-12)
+    assert scores[len(in_scope):].max() < scores[: len(in_scope)].min()
+    assert json.loads((folder / "kformer.json").read_text(encoding="utf-8"))["ood"]["weight"] == 0.5
+    onnx = load(folder, runtime="onnx").predict(asked)  # every block's vectors on ONNX Runtime, the novelty in NumPy
+    np.testing.assert_allclose([a["ood_score"] for a in onnx], scores, rtol=1e-4, atol=1e-4)
+    assert_same_routes([a["label"] for a in onnx], [a["label"] for a in loaded.predict(asked)], scores,
+                       loaded.threshold, 1e-4, probabilities=loaded.probabilities(asked), least=0.9)
+
+    metadata = check_classifier_exports(folder, asked + texts[:6], tmp_path / "exports")
+    for exported in metadata.values():
+        assert exported["ood"]["score"] == COMBINED and exported["ood"]["network"] == LAYERS
+        assert exported["wide"]["weight"] == 0.0  # read for the novelty, not mixed in
+
+
+@pytest.mark.parametrize("kind", ["tfidf", "combined"])
+def test_text_scores_beside_a_mixed_wide_part_are_computed_alike_by_both_graphs(ood_folder, tmp_path, kind):
+    """With the wide part mixed in (weight 0.5), the TF-IDF novelty, and combined on the best
+    probability -- of the MIXED probabilities, as the folder reads it --, computed alike by the
+    folder and by both export graphs (one pass of the wide part's features feeding the mix and
+    the score). The graphs' numbers only (check_classifier_graphs): saving, loading and serving
+    an export of a text score are the previous test's."""
+    from export_helpers import check_classifier_graphs
+
+    from kformer.tasks.classify import load, wide_fit
+    from kformer.tasks.classify.ood_text import combine, fit_tfidf
+    from kformer.tasks.classify.wide import Mix
+
+    classifier = load(ood_folder)
+    texts, labels = (list(column) for column in zip(*_rows(40, 1, INTENTS.items()), strict=True))
+    part = wide_fit.fit(texts, labels, classifier.labels)
+    mix = Mix(part, 0.5)
+    mixed = mix(classifier.probabilities(texts), texts)
+    tfidf = fit_tfidf(part, texts)
+    score = tfidf if kind == "tfidf" else combine(None, mixed.max(axis=1), tfidf)
+    folder = _with_score(ood_folder, tmp_path / kind, score, wide=mix.manifest(),
+                         threshold=float(np.median(score.of(mixed, None, texts))))
+    part.save(folder)
+    loaded = load(folder)
+    assert loaded.ood_kind == kind and loaded.wide.weight == 0.5
+    assert getattr(loaded.ood, "network", None) is None  # combined: on the best probability
+    in_scope, held_out = _texts()
+    check_classifier_graphs(folder, [t for t, _ in in_scope] + held_out + texts[:6], tmp_path / "graphs")
+
+
+def test_auto_compares_every_score_the_classifier_can_have(ood_folder):
+    """With a wide part, auto's comparison on validation spans the four network scores, from
+    one network pass each over the training, validation and out-of-scope texts, and keeps the
+    highest AUROC; combined, asked for by name, takes the best weight of its grid and the best
+    network score; a refitted wide part gets a novelty of its own columns, the combined weight and
+    network score kept."""
+    from kformer.data.readers import LabelledTexts
+    from kformer.tasks.classify import ClassifyConfig, load, wide_fit
+    from kformer.tasks.classify.calibration import auroc
+    from kformer.tasks.classify.ood_fit import fit_ood
+    from kformer.tasks.classify.ood_text import COMBINED_WEIGHTS, refit_tfidf
+    from kformer.tasks.classify.wide import Mix
+
+    classifier = load(ood_folder)
+    texts, labels = (list(column) for column in zip(*_rows(40, 1, INTENTS.items()), strict=True))
+    part = wide_fit.fit(texts, labels, classifier.labels)
+    base = classifier.with_parts(wide=Mix(part, 0.0), threshold=None)
+    valid = LabelledTexts(*(list(c) for c in zip(*_rows(25, 2, INTENTS.items()), strict=True)), "valid")
+    outside = LabelledTexts(*(list(c) for c in zip(*_rows(10, 3, [HELD_OUT]), strict=True)), "valid")
+    score, choice = fit_ood(base, ClassifyConfig(calibrate=True), LabelledTexts(texts, labels, "train"), 64, valid,
+                            outside, auto=True)
+    aurocs = choice["auroc"]
+    assert list(aurocs) == ["probability", "mahalanobis", "knn", "mahalanobis_layers"]  # not tfidf or combined
+    assert choice["score"] == max(aurocs, key=aurocs.get) and (score is None) == (choice["score"] == "probability")
+    scored = base.with_parts(wide=base.wide, threshold=None, ood=score)  # the kept score is the one compared
+    assert auroc(scored.scored(valid.texts)[1], scored.scored(outside.texts)[1]) == pytest.approx(
+        aurocs[choice["score"]], abs=1e-6)
+
+    forced, asked = fit_ood(base, ClassifyConfig(calibrate=True, ood_score="combined"), LabelledTexts(texts, labels, "t"),
+                            64, valid, outside, auto=False)
+    combined = asked["combined"]
+    assert forced.kind == "combined" and forced.weight == combined["weight"] and combined["weight"] in COMBINED_WEIGHTS
+    assert asked["auroc"]["combined"] == max(combined["auroc_by_weight"].values())
+    assert combined["network"] == max(aurocs, key=aurocs.get)  # the same network scores as auto compared
+    smaller = wide_fit.fit(texts, labels, classifier.labels, word_ngrams=1)
+    again = refit_tfidf(forced, smaller, texts)
+    assert again.weight == forced.weight and again.network is forced.network
+    assert again.tfidf.bank.shape[1] == sum(len(block.terms) for block in smaller.blocks) != forced.tfidf.bank.shape[1]

@@ -140,6 +140,25 @@ def test_compiled_tokenising_gives_the_eager_preprocessors_ids():
     assert (compiled[6] != 0).all()  # the long text fills max_length
 
 
+def test_a_bert_classifiers_accent_rule_travels_to_its_export_and_back(tmp_path):
+    """The export's tokenizer metadata carries the classifier's own strip_accents (bert-scratch:
+    true, as its vocabulary was learned), and an exported classifier rebuilds its tokenizer with
+    it; metadata without the key (an older export) keeps accents, as kformer did."""
+    from kformer.models.pretrained import bert_token_ids
+    from kformer.tasks.classify.export import tokenizer_spec
+    from kformer.tasks.classify.exported import _tokenizer
+
+    model = _tiny(max_length=12)
+    spec = tokenizer_spec(_classifier(model, tmp_path))
+    assert spec["kind"] == "bert" and spec["lowercase"] is True and spec["strip_accents"] is True
+    texts = ["My cárd has NÖT arrivéd", "my card has not arrived"]
+    ids = bert_token_ids(_tokenizer(spec, VOCABULARY), texts)
+    np.testing.assert_array_equal(ids, bert_token_ids(model, texts))
+    np.testing.assert_array_equal(ids[0], ids[1])
+    older = bert_token_ids(_tokenizer({k: v for k, v in spec.items() if k != "strip_accents"}, VOCABULARY), texts)
+    assert (older[0] == VOCABULARY.index("[UNK]")).sum() == 3 and (older[1] == ids[1]).all()
+
+
 def test_adamw_leaves_biases_and_layer_norms_undecayed(tmp_path):
     from kformer.tasks.classify import ClassifyConfig
     from kformer.tasks.classify.network import compile_network

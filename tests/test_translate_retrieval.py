@@ -128,6 +128,46 @@ def test_the_folder_keeps_it_and_reloads_in_safe_mode(tiny, tmp_path):
     assert translate.load(folder).retrieval is None and not (folder / "retrieval").exists()
 
 
+def test_an_index_probing_every_list_decodes_as_brute_force(tiny, built):
+    exact = built.retrieval
+    assert exact.search == "exact" and exact.index is None  # "auto": too few entries for an index
+    indexed = retrieval.with_search(exact, "ivf")
+    assert indexed.search == "ivf" and indexed.index.recall[indexed.nprobe] >= 0.95
+    assert sorted(map(tuple, indexed.keys.tolist())) == sorted(map(tuple, exact.keys.tolist()))
+    every_list = built.with_retrieval(indexed.with_settings(nprobe=indexed.index.lists))
+    sources = [s for s, _ in tiny["train"][:12] + tiny["test"]]
+    assert every_list.translate(sources) == built.translate(sources)
+    assert every_list.translate(sources[:4], beam=2) == built.translate(sources[:4], beam=2)
+    one_list = built.with_retrieval(indexed.with_settings(nprobe=1, k=16))  # fewer entries than k: padding
+    assert len(one_list.translate(sources[:4])) == 4
+
+
+def test_an_indexed_folder_round_trips_and_an_old_folder_still_decodes(tiny, tmp_path, monkeypatch):
+    import shutil
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny["folder"], folder)
+    sources = [s for s, _ in tiny["train"][:12] + tiny["test"]]
+    manifest_path = folder / "kformer.json"
+    old = json.loads(manifest_path.read_text(encoding="utf-8"))
+    old["retrieval"] = {key: value for key, value in old["retrieval"].items() if key not in ("search", "nprobe")}
+    manifest_path.write_text(json.dumps(old), encoding="utf-8")  # as written before the index existed
+    before = translate.load(folder)
+    assert before.retrieval.search == "exact" and before.translate(sources) == translate.load(tiny["folder"]).translate(sources)
+
+    monkeypatch.setattr(retrieval, "IVF_FROM", 10)  # "auto" indexes this tiny datastore
+    written = translate.load(folder).build_retrieval(tiny["train"], lam=0.5, k=4, nprobe=2)
+    entry = json.loads(manifest_path.read_text(encoding="utf-8"))["retrieval"]
+    assert entry["search"] == "ivf" and entry["nprobe"] == 2 and entry["ivf"]["lists"] == written.retrieval.index.lists
+    assert np.load(folder / "retrieval" / "offsets.npy", allow_pickle=False)[-1] == entry["entries"]
+    reloaded = translate.load(folder)
+    assert reloaded.retrieval.nprobe == 2 and reloaded.metadata()["retrieval"]["search"] == "ivf"
+    assert np.array_equal(reloaded.retrieval.index.centroids, written.retrieval.index.centroids)
+    assert reloaded.translate(sources) == written.translate(sources)
+    translate.load(folder).build_retrieval(tiny["train"], lam=0.5, k=4, search="exact")
+    assert translate.load(folder).retrieval.index is None and not (folder / "retrieval" / "centroids.npy").exists()
+
+
 def test_bad_settings_are_one_typed_error(tiny, built):
     with pytest.raises(BadInput, match="between 0 and 1"):
         built.retrieval.with_settings(lam=1.5)
@@ -135,6 +175,12 @@ def test_bad_settings_are_one_typed_error(tiny, built):
         built.retrieval.with_settings(temperature=0)
     with pytest.raises(BadInput, match="entries"):
         built.retrieval.with_settings(k=10**9)
+    with pytest.raises(BadInput, match="needs an index"):
+        built.retrieval.with_settings(search="ivf", nprobe=1)
+    with pytest.raises(BadInput, match="search ivf or auto"):
+        retrieval.with_search(built.retrieval, "exact", nprobe=4)
+    with pytest.raises(BadInput, match="lists"):
+        retrieval.with_search(built.retrieval, "ivf", nprobe=10**6)
     with pytest.raises(ModelNotFound):
         translate.build_retrieval(tiny["root"] / "missing", data=tiny["files"]["train"])
     with pytest.raises(BadInput, match="records no training data"):  # trained from Python: no command recorded
@@ -148,9 +194,9 @@ def test_cli_build_translate_evaluate(tiny, tmp_path, capsys):
     shutil.copytree(tiny["folder"], folder)
     files = tiny["files"]
     assert main(["retrieval", "build", str(folder), "--data", str(files["train"]), "--valid", str(files["valid"]),
-                 "--test", str(files["test"]), "--quiet"]) == 0
+                 "--test", str(files["test"]), "--search", "ivf", "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert "entries" in out and "validation chrF" in out
+    assert "entries" in out and "validation chrF" in out and "search: ivf" in out
     assert main(["evaluate", str(folder), "--data", str(files["test"]), "--json", "--out", str(tmp_path / "on")]) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[0])["retrieval"] is True
     assert main(["evaluate", str(folder), "--data", str(files["test"]), "--json", "--retrieval", "off",

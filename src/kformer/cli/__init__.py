@@ -84,6 +84,8 @@ def _add_shared_commands(commands) -> None:
     evaluate.add_argument("--retrieval", choices=("on", "off"), default="on",
                           help="translation models: decode with the folder's retrieval datastore (kNN-MT; when it has "
                           "one) or without it, to compare on the same model (default on)")
+    evaluate.add_argument("--domain", metavar="TAG", help="translation models trained with --corpus-tags: translate "
+                          "as the corpus of this tag does (default: neutral)")
     evaluate.add_argument("--batch-size", type=int, default=64, metavar="N", help="texts per prediction batch")
     evaluate.add_argument("--limit", type=int, default=None, metavar="N", help="score only the first N examples")
     evaluate.set_defaults(handler=_evaluate)

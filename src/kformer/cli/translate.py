@@ -31,7 +31,10 @@ def register(commands, train_tasks) -> None:
         "ignored; .gz is fine). Text is NFC-normalised; SentencePiece subword vocabularies are learned "
         "from the training side only. Settings come from --recipe, then the flags below.",
     )
-    train.add_argument("--data", required=True, metavar="PAIRS.tsv", help="training pairs, source<TAB>target per line")
+    train.add_argument("--data", required=True, metavar="PAIRS.tsv", help="training pairs, source<TAB>target per line; "
+                       "several corpora as A.tsv,B.tsv (comma-separated), a folder (every *.tsv/*.txt, .gz fine, under it, "
+                       "but *.meta.tsv and original/ folders), or a corpora.toml/.csv manifest giving each corpus's "
+                       "path, name, weight and tag (docs/translation.md, \"Several corpora\")")
     train.add_argument("--valid", metavar="FILE", help="validation pairs for early stopping (default: up to --valid-size "
                        "pairs held out of the training pairs by source sentence, as --test's)")
     train.add_argument("--test", metavar="FILE", help="test pairs scored after training (default: up to --holdout pairs held "
@@ -53,6 +56,8 @@ def register(commands, train_tasks) -> None:
     translate.add_argument("--max-repeat", type=int, default=None, metavar="N",
                            help="most copies of a word or of a span of up to 8 subwords in a row in a translation: "
                            "stops an undertrained model's loops (0 = no limit; default 3)")
+    translate.add_argument("--domain", metavar="TAG", help="a model trained with --corpus-tags: translate as the "
+                           "corpus of this tag does (default: neutral)")
     add_retrieval_switch(translate)
     translate.set_defaults(handler=translate_command)
     _register_retrieval(commands)
@@ -88,6 +93,11 @@ def _register_retrieval(commands) -> None:
     build.add_argument("--temperature", type=float, default=None, metavar="T", help="with --lambda: the softmax "
                        "temperature on squared L2 distances (default: the typical distance to the k-th neighbour)")
     build.add_argument("--k", type=int, default=None, metavar="N", help="with --lambda: neighbours per step (default 8)")
+    build.add_argument("--search", choices=("auto", "exact", "ivf"), default="auto",
+                       help="how decoding finds the neighbours: exact (every key), ivf (an inverted-file index: "
+                       "the nearest lists' keys only) or auto (ivf for a large datastore; default)")
+    build.add_argument("--nprobe", type=int, default=None, metavar="N", help="with ivf: lists searched per step "
+                       "(default: the fewest whose neighbours agree with an exact search's, measured when building)")
     build.add_argument("--quiet", action="store_true", help="no line per tuning step")
     build.set_defaults(handler=retrieval_build_command)
     remove = actions.add_parser("remove", help="take the datastore out of a model folder",
@@ -103,11 +113,16 @@ def retrieval_build_command(args: argparse.Namespace) -> int:
     progress = None if args.quiet else print
     translator = translate.build_retrieval(args.model_dir, data=args.data, valid=args.valid, test=args.test,
                                            limit=args.limit, lam=args.lam, temperature=args.temperature, k=args.k,
-                                           progress=progress)
+                                           search=args.search, nprobe=args.nprobe, progress=progress)
     store, tuning = translator.retrieval, translator.retrieval.tuning
     size = (store.keys.nbytes + store.values.nbytes) / 1e6
     print(f"retrieval: {store.entries} entries ({size:.1f} MB) built in {tuning.get('build_seconds', 0):.1f} s; "
           f"lambda {store.lam}, temperature {store.temperature:.4g}, k {store.k}")
+    if store.index is not None:
+        recall = store.index.recall.get(store.nprobe)
+        print(f"search: ivf, {store.index.lists} lists of at most {store.index.capacity} entries, nprobe "
+              f"{store.nprobe}" + ("" if recall is None else f" (recall@{store.index.recall_k} {recall:.3f} on the "
+                                                             f"datastore's own keys)"))
     if "chrf_without" in tuning:
         print(f"validation chrF {tuning['chrf_with']:.2f} with retrieval, {tuning['chrf_without']:.2f} without "
               f"({tuning['valid_pairs']} pairs, greedy; tuning {tuning['seconds']:.0f} s)")
@@ -124,8 +139,8 @@ def retrieval_remove_command(args: argparse.Namespace) -> int:
 
 
 def default_out(data: str) -> Path:
-    """``runs/<name of the pairs file without extensions>``."""
-    return Path("runs") / Path(data).name.split(".")[0]
+    """``runs/<name of the (first) pairs file or folder without extensions>``."""
+    return Path("runs") / Path(data.split(",")[0].strip().rstrip("/\\")).name.split(".")[0]
 
 
 def train_command(args: argparse.Namespace) -> int:
@@ -160,8 +175,9 @@ def translate_command(args: argparse.Namespace) -> int:
     from kformer.folders import read_manifest
     from kformer.tasks import translate
 
-    read_manifest(args.model_dir, task="translate")  # the wrong folder, bad flags: before stdin and loading
+    manifest = read_manifest(args.model_dir, task="translate")  # the wrong folder, bad flags: before stdin and loading
     translate.check_decoding(args.beam, args.batch_size, _max_repeat(args))
+    translate.domain_names(manifest, args.domain, 1)
     if args.texts:
         texts = list(args.texts)
     elif sys.stdin is None or sys.stdin.isatty():
@@ -170,7 +186,7 @@ def translate_command(args: argparse.Namespace) -> int:
         texts = [line.rstrip("\r\n") for line in sys.stdin]
     translator = translate.load(args.model_dir)
     for answer in translator.predict(texts, beam=args.beam, batch_size=args.batch_size, max_repeat=_max_repeat(args),
-                                     retrieval=args.retrieval != "off"):
+                                     retrieval=args.retrieval != "off", domain=args.domain):
         print(answer["translation"])
     return 0
 
@@ -186,7 +202,8 @@ def evaluate(args: argparse.Namespace, model) -> int:
     """``kformer evaluate MODEL_DIR --data PAIRS``: BLEU, chrF and exact match of the translations."""
     out = Path(args.out) if args.out else model.folder / "eval"
     scores = model.evaluate(args.data, beam=args.beam, batch_size=args.batch_size, out=out, limit=args.limit or None,
-                            max_repeat=_max_repeat(args), retrieval=getattr(args, "retrieval", "on") != "off")
+                            max_repeat=_max_repeat(args), retrieval=getattr(args, "retrieval", "on") != "off",
+                            domain=getattr(args, "domain", None))
     if args.json:
         print(json.dumps(scores))
     else:

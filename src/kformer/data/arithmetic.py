@@ -46,7 +46,7 @@ from kformer.data import digit_columns as columns
 from kformer.data import long_multiplication as long_rows
 from kformer.errors import KformerError
 from kformer.text.chars import CharVocabulary
-from kformer.text.specials import END, END_ID, START, START_ID
+from kformer.text.specials import END, END_ID, START_ID
 
 OPERATORS = "+-*"  # in token-id order: a model's tokens for '+' and '-' keep their ids when '*' comes
 MULTIPLY = "*"
@@ -191,7 +191,9 @@ class ArithmeticFormat:
 
     def answer_text(self, value: int, width: int | None = None, op: str = "+") -> str:
         """What the decoder writes for ``value``, the answer to an ``op`` problem: ``10850+`` /
-        ``51089-`` (reversed, :meth:`answer_places` digits; ``width`` defaults to ``digits``) or ``5801``."""
+        ``51089-`` (reversed, :meth:`answer_places` digits; ``width`` defaults to ``digits``) or ``5801``.
+        (With ``long_multiplication`` the model writes the rows instead, :meth:`encode`; this is
+        the product's reversed text all the same.)"""
         if self.reverse_answer:
             places = self.answer_places(op, width)
             return f"{value % 10**places:0{places}d}"[::-1] + ("-" if value < 0 else "+")
@@ -247,13 +249,7 @@ class ArithmeticFormat:
     def decode_answer(self, ids) -> int | None:
         """Generated ids of one row -> the answer's value (None if malformed)."""
         if self.long_rows:
-            tokens = self.vocabulary.tokens
-            steps = []
-            for token in ids:
-                if int(token) == END_ID:
-                    break
-                steps.append(tokens[int(token)] if 0 <= int(token) < len(tokens) else "?")
-            return long_rows.read_product([t for t in steps if t != START], self.digits)
+            return long_rows.read_product(self.vocabulary.decode_tokens(ids), self.digits)
         return self.parse_answer(self.vocabulary.decode(ids))
 
     def training_batch(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -73,6 +73,45 @@ def length_bucketed_batches(
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
+def class_grouped_batches(lengths: Sequence[int], classes: Sequence[int], batch_size: int, per_class: int,
+                          rng: np.random.Generator) -> list[np.ndarray]:
+    """Index batches (training) in which a class's rows come ``per_class`` at a time, so a batch of
+    ``batch_size`` holds about ``batch_size / per_class`` classes with ``per_class`` rows each
+    (what a supervised contrastive loss needs: positives in every batch). Each class's rows
+    (``classes`` ``(n,)`` int; -1, no class, is one more group) are shuffled and cut into runs of
+    ``per_class``; the runs are shuffled, sorted by their longest row within chunks of
+    :data:`CHUNK_BATCHES` batches' worth, packed whole into batches (a batch closes when the next
+    run does not fit, so it may be a few rows short; the fullest are split so that every epoch has
+    the same number of batches, which Keras requires), and the batches shuffled. Every row once;
+    a run's rows have any lengths, so batches pad wider than :func:`length_bucketed_batches`'."""
+    lengths, classes = np.asarray(lengths), np.asarray(classes)
+    per_class = max(1, min(int(per_class), int(batch_size)))  # a run never outgrows a batch
+    runs = []
+    for label in np.unique(classes):
+        rows = rng.permutation(np.flatnonzero(classes == label))
+        runs += [rows[i : i + per_class] for i in range(0, len(rows), per_class)]
+    order, chunk = rng.permutation(len(runs)), max(1, CHUNK_BATCHES * int(batch_size) // per_class)
+    for start in range(0, len(order), chunk):
+        part = order[start : start + chunk]
+        order[start : start + chunk] = part[np.argsort([lengths[runs[i]].max() for i in part], kind="stable")]
+    packed, batch, size = [], [], 0
+    for i in order:
+        if batch and size + len(runs[i]) > batch_size:
+            packed.append(batch)
+            batch, size = [], 0
+        batch, size = batch + [runs[i]], size + len(runs[i])
+    packed += [batch] if batch else []
+    # Keras fixes an epoch's steps from the first epoch, so every epoch must have as many batches: as
+    # many as the worst packing could need (a closed batch holds more than batch_size - per_class rows)
+    wanted = min(-(-len(lengths) // (int(batch_size) - per_class + 1)), len(runs))
+    while len(packed) < wanted:  # split the batch of most runs in two, runs kept whole
+        widest = max(range(len(packed)), key=lambda b: len(packed[b]))
+        runs_in = packed.pop(widest)
+        packed += [runs_in[: len(runs_in) // 2], runs_in[len(runs_in) // 2 :]]
+    batches = [np.concatenate(batch) for batch in packed]
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
 def token_budget_batches(
     lengths: Sequence[int], batch_tokens: int, rng: np.random.Generator | None = None
 ) -> list[np.ndarray]:
@@ -135,11 +174,13 @@ class BucketedBatches:
     ``max_length``). With ``shuffle`` the rows are re-arranged every epoch
     (:func:`length_bucketed_batches`), epoch ``e`` by the seed ``seed + e``, so a run resumed at
     ``first_epoch`` sees the order an uninterrupted run would; :meth:`dataset` gives a
-    ``tf.data.Dataset`` of them.
+    ``tf.data.Dataset`` of them. With ``classes`` ``(n,)`` int and ``per_class`` > 1, shuffled
+    batches hold each class's rows ``per_class`` at a time instead (:func:`class_grouped_batches`).
     """
 
     def __init__(self, x, y, batch_size: int = 32, shuffle: bool = True, seed: int = 0, sample_weight=None,
-                 first_epoch: int = 0):
+                 first_epoch: int = 0, classes=None, per_class: int = 0):
+        self.classes, self.per_class = classes, int(per_class)
         self.x, self.y = np.asarray(x), np.asarray(y)
         self.sample_weight = None if sample_weight is None else np.asarray(sample_weight, dtype="float32")
         self.lengths = (self.x != 0).sum(axis=1)
@@ -149,7 +190,10 @@ class BucketedBatches:
 
     def _arrange(self) -> None:
         rng = np.random.default_rng(self.seed + self.epoch) if self.shuffle else None
-        self.batches = length_bucketed_batches(self.lengths, self.batch_size, rng)
+        if rng is not None and self.classes is not None and self.per_class > 1:
+            self.batches = class_grouped_batches(self.lengths, self.classes, self.batch_size, self.per_class, rng)
+        else:
+            self.batches = length_bucketed_batches(self.lengths, self.batch_size, rng)
 
     def width(self, rows) -> int:
         return bucket_width(max(int(self.lengths[rows].max()), 1), self.x.shape[1])

@@ -12,6 +12,11 @@ Curriculum (the Tamil lesson's levels: single words, then phrases, then sentence
 through it to fill ``steps`` batches; from the last level on, epochs are ordinary (each pair once).
 Epoch ``e`` is arranged by the seed ``(seed, e)``, so a run resumed at epoch ``e`` sees the order
 an uninterrupted run would.
+
+Several corpora (``groups``: each pair's corpus, ``weights``: one per corpus, a multiplier of the
+corpus's natural share): epoch ``e`` trains on each pair ``int(weight)`` times and on a seeded
+``weight - int(weight)`` share of its corpus's pairs once more, drawn afresh each epoch
+(:func:`weighted_draw`), cut into ``steps`` batches as a curriculum level is.
 """
 
 from __future__ import annotations
@@ -39,10 +44,14 @@ class PairBatchPlan:
     seed: int = 0
     shuffle: bool = True
     levels: tuple[np.ndarray, ...] | None = None
+    groups: np.ndarray | None = None  # (pairs,) each pair's corpus, an index into weights
+    weights: tuple[float, ...] | None = None  # per corpus; None: each pair once per epoch
 
     def __post_init__(self):
         if (self.batch_tokens is None) == (self.batch_size is None):
             raise ValueError("give exactly one of batch_tokens and batch_size")
+        if (self.groups is None) != (self.weights is None):
+            raise ValueError("give both groups and weights, or neither")
         object.__setattr__(self, "lengths", np.asarray(self.lengths))
 
     def _cut(self, subset: np.ndarray, rng) -> list[np.ndarray]:
@@ -55,19 +64,40 @@ class PairBatchPlan:
 
     @cached_property
     def steps(self) -> int:
-        """Batches per epoch: those of the whole set."""
-        return len(self._cut(np.arange(len(self.lengths)), None))
+        """Batches per epoch: those of the whole set (with weights: of the first epoch's draw)."""
+        return len(self._cut(self._drawn(0), None))
+
+    def _drawn(self, number: int) -> np.ndarray:
+        """The pairs epoch ``number`` trains on (every pair once, unless weighted)."""
+        if self.weights is None:
+            return np.arange(len(self.lengths))
+        return weighted_draw(self.groups, self.weights, np.random.default_rng([self.seed, number, len(self.weights)]))
 
     def epoch(self, number: int) -> list[np.ndarray]:
         """The index batches of epoch ``number`` (0-based), ``steps`` of them."""
         rng = np.random.default_rng([self.seed, number]) if self.shuffle else None
-        everything = np.arange(len(self.lengths))
-        if not self.levels or number >= len(self.levels) - 1:
-            return self._cut(everything, rng)
-        subset, steps, batches = self.levels[number], self.steps, []
-        while len(batches) < steps:
+        subset = self._drawn(number)
+        if self.levels and number < len(self.levels) - 1:
+            level = subset[np.isin(subset, self.levels[number])]
+            subset = level if len(level) else subset  # a weighted draw may miss a level's few pairs
+        elif self.weights is None:
+            return self._cut(subset, rng)
+        batches: list[np.ndarray] = []
+        while len(batches) < self.steps:
             batches += self._cut(subset, rng)
-        return batches[:steps]
+        return batches[: self.steps]
+
+
+def weighted_draw(groups: np.ndarray, weights: Sequence[float], rng: np.random.Generator) -> np.ndarray:
+    """Sorted pair indices: each pair of group ``g`` ``int(weights[g])`` times, and ``round(fraction
+    x size)`` of the group's pairs, picked by ``rng`` without replacement, once more."""
+    groups = np.asarray(groups)
+    parts = []
+    for group, weight in enumerate(weights):
+        members = np.flatnonzero(groups == group)
+        whole = int(weight)
+        parts += [np.tile(members, whole), rng.choice(members, round((weight - whole) * len(members)), replace=False)]
+    return np.sort(np.concatenate(parts)).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
 
 
 def pair_lengths(sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]) -> np.ndarray:

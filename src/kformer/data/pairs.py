@@ -25,11 +25,13 @@ from kformer.errors import KformerError
 
 @dataclass(frozen=True)
 class Pair:
-    """One sentence pair and the line it came from (1-based)."""
+    """One sentence pair, the line it came from (1-based) and the name of its corpus (None: the
+    only one, or pairs that belong to none, such as given validation pairs; :mod:`.corpora`)."""
 
     source: str
     target: str
     line: int = 0
+    corpus: str | None = None
 
 
 def normalize_text(text: str) -> str:

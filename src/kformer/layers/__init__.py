@@ -8,6 +8,7 @@ classifiers read as what they do.
 from keras.layers import GlobalAveragePooling1D as MaskedGlobalAveragePooling
 
 from kformer.layers.attention import scaled_dot_product_attention
+from kformer.layers.contrastive import SupervisedContrastive, supervised_contrastive_loss
 from kformer.layers.decoder import DecoderBlock
 from kformer.layers.encoder import EncoderBlock
 from kformer.layers.masks import attention_mask, band_mask, causal_mask, padding_mask
@@ -26,6 +27,7 @@ __all__ = [
     "MaskedGlobalAveragePooling",
     "RandomizedPositions",
     "SplitWindows",
+    "SupervisedContrastive",
     "TokenAndPositionEmbedding",
     "WindowedAverage",
     "attention_mask",
@@ -34,4 +36,5 @@ __all__ = [
     "padding_mask",
     "scaled_dot_product_attention",
     "sinusoidal_table",
+    "supervised_contrastive_loss",
 ]

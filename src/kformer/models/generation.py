@@ -82,6 +82,7 @@ def greedy_decode(model, source_ids, max_length, use_cache=True, stop_at_end=Tru
     max_length = check_length(model, max_length)
     limits = limits_per_row(row_limits, source.shape[0], max_length)
     check_knn(knn, knn_k, use_cache)
+    knn = searched(knn)
     if use_cache:
         compiled = compiled_functions(model)
         buffer = buffer_length(model, max_length)
@@ -137,6 +138,7 @@ def beam_search(model, source_ids, max_length, beam_width=4, length_penalty=0.6,
     width = check_width(beam_width)
     max_repeat = check_repeat(max_repeat)
     check_knn(knn, knn_k, use_cache)
+    knn = searched(knn)
     if not use_cache:
         return reference_beam_search(model, source_ids, max_length, width, length_penalty, False, stop_at_end,
                                       row_limits, max_repeat)
@@ -216,6 +218,14 @@ def _beam_chunk(model, source, max_length, width, length_penalty, use_cache, sto
     return sequences[np.arange(batch), choice]
 
 
+def searched(knn):
+    """``knn`` with its index (if any) read the way the decode loops run: a loop of slices when
+    they are compiled, one gather when they run eagerly (:func:`~kformer.models.ivf.ivf_nearest`)."""
+    if knn is None or knn.ivf is None:
+        return knn
+    return knn._replace(ivf=knn.ivf._replace(loop=bool(COMPILE and keras.backend.backend() == "tensorflow")))
+
+
 def check_knn(knn, knn_k, use_cache: bool) -> None:
     """Retrieval needs the cached loops (they query with the step's decoder state) and ``knn_k``
     neighbours, at least 1, no more than the datastore holds."""
@@ -224,7 +234,7 @@ def check_knn(knn, knn_k, use_cache: bool) -> None:
     if not use_cache:
         raise BadInput("retrieval (kNN-MT) decodes through the cached loops only; use_cache must be True",
                        field="retrieval")
-    entries = int(ops.shape(knn.keys)[0])
+    entries = int(ops.shape(knn.values)[0])
     if isinstance(knn_k, bool) or not 1 <= int(knn_k) <= entries:
         raise BadInput(f"{{field}} must be between 1 and the datastore's {entries} entries, not {knn_k!r}", field="k")
 

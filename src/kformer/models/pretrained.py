@@ -39,14 +39,40 @@ def backbone_source(spec: str, field: str = "backbone",
 
 
 def pretrained_tokenizer(source: Path):
-    """The ``keras_hub.models.BertTokenizer`` of a pretrained folder (Hugging Face ``vocab.txt``,
-    lowercasing; or a KerasHub preset's own)."""
+    """The ``keras_hub.models.BertTokenizer`` of a pretrained folder: a Hugging Face layout's
+    ``vocab.txt`` read as its ``tokenizer_config.json`` says (:func:`hf_text_rules`), or a
+    KerasHub preset's own tokenizer (as its preset says)."""
     import keras_hub
 
     vocab = source / "vocab.txt"
     if vocab.is_file():  # Hugging Face layout
-        return keras_hub.models.BertTokenizer(vocabulary=str(vocab), lowercase=True)
+        return keras_hub.models.BertTokenizer(vocabulary=str(vocab), **hf_text_rules(source))
     return keras_hub.models.BertTokenizer.from_preset(str(source))
+
+
+def hf_text_rules(source: Path) -> dict[str, bool]:
+    """``{"lowercase", "strip_accents"}`` of a Hugging Face BERT folder, as Hugging Face's own
+    ``BertTokenizer`` reads its ``tokenizer_config.json``: ``lowercase`` is ``do_lower_case``
+    (default true), ``strip_accents`` the config's ``strip_accents`` unless it is null or absent,
+    then the same as ``lowercase`` (an uncased BERT -- all-MiniLM-L6-v2 among them -- was
+    pretrained on lowercased text without accents: "Café" is "cafe")."""
+    import json
+
+    path = source / "tokenizer_config.json"
+    config: dict = {}
+    if path.is_file():
+        try:
+            config = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise KformerError(f"{path} is not JSON ({exc})") from None
+        if not isinstance(config, dict):
+            raise KformerError(f"{path} is not a JSON object")
+    lowercase, strip_accents = config.get("do_lower_case", True), config.get("strip_accents")
+    for key, value in (("do_lower_case", lowercase), ("strip_accents", strip_accents)):
+        if value is not None and not isinstance(value, bool):
+            raise KformerError(f"{path}: {key} must be true, false{' or null' if key == 'strip_accents' else ''}, "
+                               f"not {value!r}")
+    return {"lowercase": lowercase, "strip_accents": lowercase if strip_accents is None else strip_accents}
 
 
 def load_pretrained_bert(source: Path, tokenizer: bool = True):
@@ -100,7 +126,8 @@ def build_bert_classifier(
     if backbone == "bert-scratch":
         if vocabulary is None:
             raise ValueError("bert-scratch needs a vocabulary learned from the corpus")
-        tokenizer = keras_hub.models.BertTokenizer(vocabulary=list(vocabulary), lowercase=True)
+        # as the vocabulary was learned (kformer.text.vocabulary.learn_vocabulary): lowercased, no accents
+        tokenizer = keras_hub.models.BertTokenizer(vocabulary=list(vocabulary), lowercase=True, strip_accents=True)
         bert = keras_hub.models.BertBackbone(
             vocabulary_size=len(vocabulary),
             num_layers=layers,

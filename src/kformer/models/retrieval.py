@@ -4,7 +4,8 @@ distribution of a translator mixed with one read off its nearest neighbours in a
 The datastore holds, for every target position of the training pairs, the decoder's final state
 there (the key, ``(dim,)``, what the output projection reads) and the token that came next (the
 value). At each decoding step the current state queries it: the ``k`` keys nearest in squared L2
-distance (brute force: one matmul against every key, then ``top_k``) give
+distance (brute force: one matmul against every key, then ``top_k``; or, for a large datastore,
+among the entries of the nearest lists of an inverted-file index, :mod:`kformer.models.ivf`) give
 
     p_knn(y) = sum over neighbours i with value y of softmax_i(-distance_i / temperature)
 
@@ -20,6 +21,8 @@ from typing import NamedTuple
 import numpy as np
 from keras import ops
 
+from kformer.models.ivf import Ivf, IvfLayout, ivf_nearest, ivf_tensors, key_tensors
+
 # The model keeps at least this share of the mixture, so a token no neighbour names is never
 # impossible (a repeat limit may forbid every neighbour's token): lambda 1 means 1 - 1e-6.
 MODEL_FLOOR = 1e-6
@@ -29,8 +32,10 @@ class Knn(NamedTuple):
     """The datastore and mixing weights as tensors, what the decode loops take (``k`` apart: a
     Python int, part of the compiled shape).
 
-    keys: ``(entries, dim)`` float32; key_norms: ``(entries,)`` float32, each key's squared norm;
-    values: ``(entries,)`` int32 target ids; lam and temperature: float32 scalars.
+    keys: ``(entries, dim)`` float32 (with an index: sorted by list and ``capacity`` zero rows
+    after them); key_norms: ``(entries,)`` float32, each key's squared norm (the same rows);
+    values: ``(entries,)`` int32 target ids; lam and temperature: float32 scalars; ivf: None
+    (brute force) or the :class:`~kformer.models.ivf.Ivf` index the keys are sorted by.
     """
 
     keys: object
@@ -38,14 +43,16 @@ class Knn(NamedTuple):
     values: object
     lam: object
     temperature: object
+    ivf: Ivf | None = None
 
 
-def knn_tensors(keys: np.ndarray, values: np.ndarray, lam: float, temperature: float) -> Knn:
-    """A :class:`Knn` from numpy ``keys (entries, dim)`` (any float dtype) and ``values (entries,)``."""
-    keys32 = np.asarray(keys, dtype="float32")
-    return Knn(ops.convert_to_tensor(keys32), ops.convert_to_tensor(np.square(keys32).sum(axis=1)),
-               ops.convert_to_tensor(np.asarray(values, dtype="int32")), ops.convert_to_tensor(float(lam), "float32"),
-               ops.convert_to_tensor(float(temperature), "float32"))
+def knn_tensors(keys: np.ndarray, values: np.ndarray, lam: float, temperature: float,
+                layout: IvfLayout | None = None, nprobe: int = 0) -> Knn:
+    """A :class:`Knn` from numpy ``keys (entries, dim)`` (any float dtype) and ``values (entries,)``;
+    with a ``layout`` (the keys sorted by its lists), searched through its ``nprobe`` nearest lists."""
+    return Knn(*key_tensors(keys, 0 if layout is None else layout.capacity), ops.convert_to_tensor(np.asarray(values, dtype="int32")),
+               ops.convert_to_tensor(float(lam), "float32"), ops.convert_to_tensor(float(temperature), "float32"),
+               None if layout is None else ivf_tensors(layout, nprobe))
 
 
 def nearest(queries, keys, key_norms, k: int):
@@ -58,12 +65,21 @@ def nearest(queries, keys, key_norms, k: int):
     return ops.maximum(-negative, 0.0), ops.cast(indices, "int32")
 
 
+def search(queries, knn: Knn, k: int):
+    """``(distances, indices)`` ``(rows, k)`` of :func:`nearest` (brute force) or, with ``knn.ivf``,
+    of :func:`~kformer.models.ivf.ivf_nearest` (padding: distance ``inf``, index -1)."""
+    if knn.ivf is None:
+        return nearest(queries, knn.keys, knn.key_norms, k)
+    return ivf_nearest(queries, knn.keys, knn.key_norms, knn.ivf, k)
+
+
 def knn_probs(queries, knn: Knn, k: int, vocab: int):
     """p_knn: ``queries (rows, dim)`` -> ``(rows, vocab)`` float32, each row a distribution over
-    the values of its ``k`` nearest keys, weighted by ``softmax(-distance / temperature)``."""
-    distances, indices = nearest(queries, knn.keys, knn.key_norms, k)
+    the values of its ``k`` nearest keys, weighted by ``softmax(-distance / temperature)`` (a
+    padding neighbour of an IVF search, at distance ``inf``, weighs 0)."""
+    distances, indices = search(queries, knn, k)
     weights = ops.softmax(-distances / knn.temperature, axis=-1)  # (rows, k)
-    tokens = ops.take(knn.values, indices, axis=0)  # (rows, k)
+    tokens = ops.take(knn.values, ops.maximum(indices, 0), axis=0)  # (rows, k)
     return ops.sum(weights[..., None] * ops.one_hot(tokens, vocab, dtype="float32"), axis=1)
 
 

@@ -7,7 +7,9 @@ arithmetic models alike): encode once, one cached decoder step, and greedy decod
 
 * ``encode`` (``encoder.onnx``): ``source_ids`` int32 ``(B, S)`` -> ``encoder_outputs`` float32
   ``(B, S, D)`` and ``cross_cache`` float32 ``(B, N, 2, S, H, K)``: every decoder layer's
-  cross-attention keys and values, computed once per source;
+  cross-attention keys and values, computed once per source (a pretrained encoder's model --
+  :class:`~kformer.models.pretrained_seq2seq.PretrainedEncoderSeq2Seq` -- runs its BERT backbone
+  and bridge here: its ``encode`` makes the padding mask and segment ids from the ids);
 * ``decode_step`` (``decoder_step.onnx``): ``token`` int32 ``(B, 1)`` (``[START]`` first, then the
   token chosen last), ``index`` int32 scalar (its position, from 0), ``self_cache`` float32
   ``(B, N, 2, T, H, K)`` (zeros at index 0), ``cross_cache``, ``source_ids`` -> ``logits`` float32
@@ -18,9 +20,10 @@ arithmetic models alike): encode once, one cached decoder step, and greedy decod
 * ``serving_default`` (SavedModel only): ``source_ids`` -> ``target_ids`` int32
   ``(B, max_target_length)``, greedy decoding as the task decodes, ``[END]`` then 0s.
 
-``docs/onnx_translate_client.py`` decodes with the two ONNX files (onnxruntime and sentencepiece
-only): the same greedy choice as kformer (ids ``FORBIDDEN`` never chosen, the repeat limit, each
-row's length cap), so it gives ``Translator.translate``'s greedy translations.
+``docs/onnx_translate_client.py`` decodes with the two ONNX files (onnxruntime, sentencepiece and
+NumPy; ``docs/onnx_wordpiece.py`` for a pretrained encoder's WordPiece source): the same greedy
+choice as kformer (ids ``FORBIDDEN`` never chosen, the repeat limit, each row's length cap), so it
+gives ``Translator.translate``'s greedy translations.
 """
 
 from __future__ import annotations
@@ -30,11 +33,13 @@ from kformer.models.export_plan import Endpoint, Tensor
 from kformer.text.specials import END_ID, PAD_ID, START_ID
 
 
-def seq2seq_endpoints(model, decode_length: dict[str, float] | None = None, max_repeat: int = 0) -> list[Endpoint]:
+def seq2seq_endpoints(model, decode_length: dict[str, float] | None = None, max_repeat: int = 0,
+                      notes: dict[str, str] | None = None) -> list[Endpoint]:
     """The three endpoints of ``model``. ``decode_length`` (``{"per_source_token": a, "extra": b}``)
     caps each greedy row at ``ceil(a * n) + b`` tokens for a source of ``n`` ids, as the model's
     task decodes in Python; None: every row may use ``max_target_length``. ``max_repeat``: the
-    task's repeat limit (0: none; :func:`~kformer.models.generation.greedy_decode`)."""
+    task's repeat limit (0: none; :func:`~kformer.models.generation.greedy_decode`). ``notes``:
+    more words on a tensor's meaning, by name (e.g. what a pretrained encoder's ids are)."""
     import tensorflow as tf
 
     from kformer.layers import padding_mask
@@ -42,9 +47,11 @@ def seq2seq_endpoints(model, decode_length: dict[str, float] | None = None, max_
 
     layers, heads = model.decoder_layers, model.heads
     cache_dims = f"(B, {layers} layers, 2 = keys/values, {{}}, {heads} heads, {model.dim // heads})"
-    source_ids = Tensor("source_ids", "int32", (None, None),
-                        f"source token ids, 0-padded, at most {model.max_source_length} per row")
-    encoder_outputs = Tensor("encoder_outputs", "float32", (None, None, model.dim), "the encoder's outputs")
+    notes = {name: f" ({note})" for name, note in (notes or {}).items()}
+    source_ids = Tensor("source_ids", "int32", (None, None), f"source token ids, 0-padded, at most "
+                        f"{model.max_source_length} per row" + notes.get("source_ids", ""))
+    encoder_outputs = Tensor("encoder_outputs", "float32", (None, None, model.dim),
+                             "the encoder's outputs" + notes.get("encoder_outputs", ""))
     cross_cache = Tensor("cross_cache", "float32", (None, layers, 2, None, heads, model.dim // heads),
                          "each decoder layer's cross-attention keys and values of the source: "
                          + cache_dims.format("S"))

@@ -40,6 +40,11 @@ class CharVocabulary:
 
     def decode(self, ids: Iterable[int]) -> str:
         """Ids -> text, stopping at END and skipping PAD/START (UNK shows as ``?``)."""
+        return "".join(self.decode_tokens(ids))
+
+    def decode_tokens(self, ids: Iterable[int]) -> list[str]:
+        """Ids -> tokens, stopping at END and skipping PAD/START (UNK, or an id past the
+        vocabulary, shows as ``?``)."""
         out = []
         for token in ids:
             token = int(token)
@@ -48,7 +53,7 @@ class CharVocabulary:
             if token in (PAD_ID, START_ID):
                 continue
             out.append("?" if token == UNK_ID or token >= len(self.tokens) else self.tokens[token])
-        return "".join(out)
+        return out
 
     def to_json(self) -> list[str]:
         """The token list, specials included (what a model folder stores)."""

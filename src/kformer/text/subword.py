@@ -24,11 +24,12 @@ from kformer.text.specials import END, END_ID, PAD, SPECIAL_TOKENS, START, START
 MIN_VOCAB_SIZE = 300
 
 
-def train_sentencepiece(texts: Iterable[str], vocab_size: int, seed_characters: str = "") -> bytes:
+def train_sentencepiece(texts: Iterable[str], vocab_size: int, symbols: Sequence[str] = ()) -> bytes:
     """Learn a unigram SentencePiece model from ``texts``; returns the serialized model proto.
 
     ``vocab_size`` is an upper bound: a small corpus gets the vocabulary it can support. It is
     raised where needed to hold every character of the corpus besides the byte and special pieces.
+    ``symbols`` (such as corpus tags, ``<news>``) are pieces of their own, never split.
     """
     import sentencepiece as spm
 
@@ -40,7 +41,7 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, seed_characters: 
     characters: set[str] = {" "}
     for text in texts:
         characters.update(text)
-    floor = len(characters) + 256 + len(SPECIAL_TOKENS) + len(seed_characters)
+    floor = len(characters) + 256 + len(SPECIAL_TOKENS) + len(symbols)
     writer = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(texts),
@@ -57,7 +58,7 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, seed_characters: 
         shuffle_input_sentence=True,
         pad_id=0, unk_id=1, bos_id=2, eos_id=3,
         pad_piece=PAD, unk_piece=UNK, bos_piece=START, eos_piece=END,
-        user_defined_symbols=seed_characters,
+        user_defined_symbols=list(symbols),
         minloglevel=2,
     )
     return writer.getvalue()
@@ -114,20 +115,21 @@ class Subwords:
 
 def learn_vocabularies(
     sources: Sequence[str], targets: Sequence[str], vocab_size: int, shared: bool,
-    target_vocab_size: int | None = None,
+    target_vocab_size: int | None = None, symbols: Sequence[str] = (),
 ) -> tuple[Subwords, Subwords]:
     """Source and target vocabularies from training text; ``shared`` learns one of ``vocab_size``
     from both sides, else the source's of ``vocab_size`` and the target's of
-    ``target_vocab_size`` (default: ``vocab_size``).
+    ``target_vocab_size`` (default: ``vocab_size``). The source's keeps ``symbols`` whole
+    (:func:`train_sentencepiece`).
 
     A shared vocabulary lets names, numbers and cognates map to the same pieces on both sides,
     which helps small corpora in one script; separate ones give each script all its pieces.
     """
     if shared:
-        both = Subwords(train_sentencepiece(list(sources) + list(targets), vocab_size))
+        both = Subwords(train_sentencepiece(list(sources) + list(targets), vocab_size, symbols))
         return both, both
     return (
-        Subwords(train_sentencepiece(sources, vocab_size)),
+        Subwords(train_sentencepiece(sources, vocab_size, symbols)),
         Subwords(train_sentencepiece(targets, target_vocab_size or vocab_size)),
     )
 

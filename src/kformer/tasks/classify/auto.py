@@ -369,7 +369,8 @@ def _calibrate(config: ClassifyConfig, stats: DataStats) -> tuple[bool, str]:
     return False, "no out-of-scope examples in the data and no unknown_recall"
 
 
-@RULES.rule("ood_score", summary="with calibrate: the score (probability, mahalanobis or knn) with the highest "
+@RULES.rule("ood_score", summary="with calibrate: the score among probability, mahalanobis, knn and (backbone "
+            "scratch) mahalanobis_layers -- tfidf and combined only by name -- with the highest "
             "validation AUROC when the validation set has out-of-scope texts (labels training lacks); without them "
             "mahalanobis for a fine-tuned pretrained backbone, else probability; without calibrate: probability")
 def _ood_score(config: ClassifyConfig, stats: DataStats) -> tuple[str, str]:

@@ -145,22 +145,6 @@ def auroc(in_scope: np.ndarray, out_of_scope: np.ndarray) -> float | None:
     return round(float(roc_auc_score(truth, np.concatenate([in_scope, out_of_scope]))), 6)
 
 
-def pick_score(classifier, fitted: dict, valid, out_of_scope, batch_size: int = 64) -> dict[str, Any]:
-    """``{"score", "auroc": {kind: AUROC}, "why"}``: of the best probability and each fitted
-    distance score (``fitted``: ``{kind: OodScore}``), the one that best separates ``valid``
-    (in-scope LabelledTexts) from ``out_of_scope`` texts on validation, by AUROC (ties: the
-    earlier of probability, then ``fitted``'s order). ``classifier``: the network with its wide
-    part, no ood score; the network runs once per score."""
-    aurocs = {}
-    for kind, score in {"probability": None, **fitted}.items():
-        scorer = classifier.with_parts(wide=classifier.wide, threshold=None, ood=score)
-        aurocs[kind] = auroc(scorer.scored(valid.texts, batch_size)[1], scorer.scored(out_of_scope.texts, batch_size)[1])
-    best = max(aurocs, key=lambda kind: aurocs[kind])
-    return {"score": best, "auroc": aurocs,
-            "why": f"highest validation AUROC of in- vs out-of-scope texts ({aurocs[best]:.3f}) among "
-                   + ", ".join(f"{kind} {value:.3f}" for kind, value in aurocs.items())}
-
-
 class RouteCounts:
     """What the unknown route did over rows seen in chunks: in-scope rows (labels the model knows)
     kept and right, and out-of-scope rows (other labels) routed to unknown."""

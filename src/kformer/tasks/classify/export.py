@@ -1,13 +1,17 @@
 """How a classifier exports (:meth:`Classifier.export_plan`): its network, its wide n-gram part and
 their mix as graph operations (:mod:`kformer.tasks.classify.wide_graph`), its out-of-scope score
-(:mod:`kformer.tasks.classify.ood_graph` for a distance), its labels and threshold.
+(:mod:`kformer.tasks.classify.ood_graph` for a distance, :mod:`kformer.tasks.classify.ood_text_graph`
+for the TF-IDF novelty and the combined rule), its labels and threshold.
 
 * ``serving_default`` / ``model.onnx``: ``token_ids`` int32 ``(B, L)`` -- and, when the classifier
-  mixes in a wide part, ``texts`` string ``(B,)`` (the same texts: the wide part reads their
-  n-grams) -- -> ``probabilities`` float32 ``(B, classes)`` (what ``kformer predict`` gives),
-  ``labels`` string ``(B,)`` (the most likely label) and ``ood_score`` float32 ``(B,)`` (the
-  score the unknown route thresholds, as ``kformer predict``'s: the best probability, or minus a
-  distance of the pooled text vector; ``metadata.json["ood"]`` says which);
+  mixes in a wide part or its score is ``tfidf`` or ``combined``, ``texts`` string ``(B,)`` (the
+  same texts, cut to the wide part's ``max_chars``: the wide part reads their n-grams;
+  ``metadata.json["wide"]`` is then set, its ``weight`` 0 where the part is read for the score
+  alone and not mixed in) -- -> ``probabilities`` float32 ``(B, classes)`` (what ``kformer
+  predict`` gives), ``labels`` string ``(B,)`` (the most likely label) and ``ood_score`` float32
+  ``(B,)`` (the score the unknown route thresholds, as ``kformer predict``'s: the best
+  probability, minus a distance of the pooled text vector, the TF-IDF novelty or the combined
+  rule; ``metadata.json["ood"]`` says which);
 * ``texts`` (SavedModel, when the tokenizer runs in a graph): strings ``(B,)`` -> the same
   outputs: no tokenizing outside.
 
@@ -31,10 +35,11 @@ LABELS_FILE = "labels.txt"
 UNKNOWN_LABEL = "unknown"  # what predict and serve answer below the threshold (Classifier.parameters)
 
 
-def network_endpoint(classifier, vectors: bool = False) -> Endpoint:
+def network_endpoint(classifier, vectors: bool | str | None = None) -> Endpoint:
     """The network alone: ``token_ids`` int32 ``(B, L)`` -> ``probabilities`` float32 ``(B,
     classes)`` (what the ``onnx`` runtimes convert); with ``vectors``, ``outputs`` ``(B, classes +
-    dim)``: the probabilities followed by the pooled text vector."""
+    dim)``: the probabilities followed by the pooled text vector (``"layers"``: every encoder
+    block's, ``(B, classes + blocks * dim)``)."""
     outputs_of_ids = classifier_function(classifier, vectors)
     if not vectors:
         return Endpoint("network", lambda ids: {"probabilities": outputs_of_ids(ids)}, (_token_ids(classifier),),
@@ -68,35 +73,22 @@ def classifier_plan(classifier) -> Plan:
     import tensorflow as tf
 
     from kformer.tasks.classify.wide import MAX_CHARS
-    from kformer.tasks.classify.wide_graph import add_onnx_outputs, tf_mix, tf_wide
+    from kformer.tasks.classify.wide_graph import add_onnx_outputs
 
     labels = list(classifier.labels)
-    label_table = tf.constant(labels)
     network, held = _scored_network(classifier)
     distance = OOD_SCORE in network.outputs  # the network scores a distance; else the route reads the probability
-    mix = classifier.wide if classifier.wide is not None and classifier.wide.weight > 0 else None
-    tracked: list[Any] = [classifier.model, *held]
-    wide = None
-    if mix is not None:
-        wide = tf_wide(mix.part)
-        tracked.append(wide)
-
-    def outputs(ids, texts=None):
-        scored = network.fn(ids)
-        probs = scored["probabilities"]
-        if mix is not None:
-            probs = tf_mix(probs, wide(texts), mix)
-        score = scored["ood_score"] if distance else tf.reduce_max(probs, axis=1)
-        return {"probabilities": probs, "labels": tf.gather(label_table, tf.argmax(probs, axis=1)),
-                "ood_score": score}
-
+    wide, text_score = _texts_read(classifier)
+    outputs, tracked = _classifier_outputs(network, distance, wide, text_score, tf.constant(labels))
     inputs = (network.inputs[0],)
-    if mix is not None:
+    if wide is not None:
+        reads = " and ".join(what for what, used in (("its probabilities", wide.weight > 0),
+                                                     ("its TF-IDF novelty", text_score is not None)) if used)
         inputs += (Tensor("texts", "string", (None,), f"the same texts, each cut to its first {MAX_CHARS} "
-                          "characters (the wide n-gram part reads them)"),)
+                          f"characters (the wide n-gram part reads them: {reads})"),)
     returned = (network.outputs[0], LABELS, OOD_SCORE)
     by_ids = Endpoint("serving_default", outputs, inputs, returned, onnx="model", onnx_via=network,
-                      onnx_finish=lambda proto: add_onnx_outputs(proto, labels, mix, distance=distance))
+                      onnx_finish=lambda proto: add_onnx_outputs(proto, labels, wide, distance, text_score))
     endpoints = [by_ids]
     tokenize, reason = _graph_tokenizer(classifier)
     if tokenize is not None:
@@ -116,11 +108,56 @@ def classifier_plan(classifier) -> Plan:
     info = {"labels": labels, "labels_file": LABELS_FILE, "vocabulary_files": ["vocab.txt"],
             "max_length": classifier.max_length, "kind": classifier.kind,
             "threshold": classifier.threshold, "unknown_label": UNKNOWN_LABEL, "ood": _ood_info(classifier),
-            "wide": None if mix is None else {"weight": mix.weight, "rule": mix.rule, "features": mix.part.features,
-                                              "max_chars": MAX_CHARS},
+            "wide": None if wide is None else {"weight": wide.weight, "rule": wide.rule, "features": wide.part.features,
+                                               "max_chars": MAX_CHARS},
             "tokenizer": tokenizer_spec(classifier),
             "texts_signature": reason or _texts_signature(endpoints[-1])}
-    return Plan("classify", endpoints, tracked, write_files, info)
+    return Plan("classify", endpoints, [classifier.model, *held, *tracked], write_files, info)
+
+
+def _texts_read(classifier) -> tuple[Any, Any]:
+    """``(wide, text score)``: the classifier's :class:`~kformer.tasks.classify.wide.Mix` where the
+    graph reads the texts (mixed in with weight > 0, or read by the score), else None; its
+    ``tfidf`` or ``combined`` out-of-scope score, else None."""
+    from kformer.tasks.classify.ood_text import SCORES
+
+    text_score = classifier.ood if getattr(classifier.ood, "kind", None) in SCORES else None
+    reads = classifier.wide is not None and (classifier.wide.weight > 0 or text_score is not None)
+    return (classifier.wide if reads else None), text_score
+
+
+def _classifier_outputs(network: Endpoint, distance: bool, wide, text_score, label_table) -> tuple[Callable, list]:
+    """``(outputs(ids, texts=None) -> {probabilities, labels, ood_score}, the modules it holds)``:
+    the network (``network.fn``), the wide part's features (``wide``, read by its probabilities
+    when its weight is above 0 and by ``text_score``), the mix, the labels and the score."""
+    import tensorflow as tf
+
+    from kformer.tasks.classify.wide_graph import tf_mix, tf_wide
+
+    tracked: list[Any] = []
+    part = score_module = None
+    if wide is not None:
+        part = tf_wide(wide.part)
+        tracked.append(part)
+    if text_score is not None:
+        from kformer.tasks.classify.ood_text_graph import tf_text_score
+
+        score_module = tf_text_score(text_score)
+        tracked.append(score_module)
+
+    def outputs(ids, texts=None):
+        scored = network.fn(ids)
+        probs = scored["probabilities"]
+        features = part.features(texts) if part is not None else None
+        if part is not None and wide.weight > 0:
+            probs = tf_mix(probs, part.probabilities(features), wide)
+        score = scored["ood_score"] if distance else tf.reduce_max(probs, axis=1)  # the network's score
+        if score_module is not None:
+            score = score_module(features, score)
+        return {"probabilities": probs, "labels": tf.gather(label_table, tf.argmax(probs, axis=1)),
+                "ood_score": score}
+
+    return outputs, tracked
 
 
 def _texts_signature(endpoint: Endpoint) -> str:
@@ -136,6 +173,7 @@ def tokenizer_spec(classifier) -> dict[str, Any]:
     client ``docs/onnx_classify_client.py`` follows it)."""
     from kformer.text.specials import PAD_ID, UNK_ID
     from kformer.text.vocabulary import CHARS_PER_TOKEN_LIMIT
+    from kformer.text.wordpiece import WORDPIECE_STEP, export_rules
 
     common = {"vocabulary_file": "vocab.txt", "max_length": classifier.max_length, "pad_id": PAD_ID,
               "unknown_id": UNK_ID}
@@ -156,17 +194,9 @@ def tokenizer_spec(classifier) -> dict[str, Any]:
                           "pad with pad_id to max_length"],
                 "word_pairs": tokenizer.with_bigrams}
     pieces = classifier.model.preprocessor.tokenizer if classifier.kind == "bert" else classifier.tokenizer
-    wordpiece = {"lowercase": bool(pieces.lowercase), "strip_accents": bool(pieces.strip_accents),
-                 "split_on_cjk": bool(pieces.split_on_cjk), "suffix_indicator": pieces.suffix_indicator,
-                 "oov_token": pieces.oov_token, "max_bytes_per_word": 100}
+    wordpiece = export_rules(pieces)
     steps = [f"<br>, <br/>, <br /> (any case) -> a space; runs of whitespace -> one space; strip; keep the first "
-             f"{classifier.max_length * CHARS_PER_TOKEN_LIMIT} characters",
-             "KerasHub WordPiece: with strip_accents, Unicode NFD and drop the marks (Mn); split at ' \\t\\n\\r\\f' "
-             "and control/format characters (Cc, Cf: dropped) and at punctuation (ASCII non-alphanumerics and P*) and, "
-             "with split_on_cjk, CJK ideographs (kept as tokens); with lowercase, NFKC case folding (NFKC, casefold, "
-             "NFKC, drop default-ignorable code points); each word greedy longest-match-first over vocab.txt, later "
-             "pieces prefixed suffix_indicator; a word over max_bytes_per_word UTF-8 bytes or without a match is "
-             "oov_token"]
+             f"{classifier.max_length * CHARS_PER_TOKEN_LIMIT} characters", WORDPIECE_STEP]
     if classifier.kind == "bert":
         return {"kind": "bert", **common, **wordpiece,
                 "steps": [*steps, "[CLS] + the first max_length - 2 pieces + [SEP] (their vocab.txt ids), "
@@ -177,14 +207,19 @@ def tokenizer_spec(classifier) -> dict[str, Any]:
 
 def _scored_network(classifier) -> tuple[Endpoint, list[Any]]:
     """``(endpoint, what it holds)``: ``token_ids`` -> ``probabilities`` (the network's) and, for a
-    distance score, ``ood_score`` ``(B,)`` computed from the pooled text vectors in the graph
-    (:mod:`~kformer.tasks.classify.ood_graph`, whose module the export must track)."""
-    if classifier.ood is None:
+    distance score (or a combined score's distance), ``ood_score`` ``(B,)`` computed from the
+    pooled text vectors in the graph (:mod:`~kformer.tasks.classify.ood_graph`, whose module the
+    export must track)."""
+    from kformer.tasks.classify.ood_text import COMBINED, TFIDF
+
+    kind = getattr(classifier.ood, "kind", None)
+    distance = classifier.ood.network if kind == COMBINED else None if kind == TFIDF else classifier.ood
+    if distance is None:
         return network_endpoint(classifier), []
     from kformer.tasks.classify.ood_graph import tf_ood_score
 
-    outputs_of_ids = classifier_function(classifier, vectors=True)
-    score = tf_ood_score(classifier.ood)
+    outputs_of_ids = classifier_function(classifier, vectors=distance.vectors)
+    score = tf_ood_score(distance)
     classes = len(classifier.labels)
 
     def scored(ids):
@@ -196,22 +231,30 @@ def _scored_network(classifier) -> tuple[Endpoint, list[Any]]:
 
 
 def _ood_info(classifier) -> dict[str, str]:
-    """``metadata.json["ood"]``: which score ``ood_score`` is, and its units."""
+    """``metadata.json["ood"]``: which score ``ood_score`` is, and its units (combined: also its
+    network score)."""
     from kformer.tasks.classify.ood import PROBABILITY, UNITS
+    from kformer.tasks.classify.ood_text import COMBINED
+    from kformer.tasks.classify.ood_text import UNITS as TEXT_UNITS
 
     kind = PROBABILITY if classifier.ood is None else classifier.ood.kind
-    return {"score": kind, "units": UNITS[kind], "output": "ood_score"}
+    info = {"score": kind, "units": {**UNITS, **TEXT_UNITS}[kind], "output": "ood_score"}
+    if kind == COMBINED:
+        info["network"] = classifier.ood.network_kind
+    return info
 
 
-def classifier_function(classifier, vectors: bool = False) -> Callable:
+def classifier_function(classifier, vectors: bool | str | None = None) -> Callable:
     """ids ``(B, L)`` int32 -> probabilities ``(B, classes)`` float32, as a graph function; with
-    ``vectors``, ``(B, classes + dim)``: then the pooled text vector
-    (:func:`~kformer.models.classifier.with_text_vectors`)."""
+    ``vectors``, ``(B, classes + dim)``: then the pooled text vector (``"layers"``: every encoder
+    block's, ``(B, classes + blocks * dim)``; :func:`~kformer.models.classifier.with_text_vectors`)."""
     import keras
 
     from kformer.models.classifier import with_text_vectors
+    from kformer.tasks.classify.runtimes import vector_mode
 
-    model = with_text_vectors(classifier.model) if vectors else classifier.model
+    vectors = vector_mode(vectors)
+    model = with_text_vectors(classifier.model, layers=vectors == "layers") if vectors else classifier.model
     if classifier.kind == "encoder":
         return lambda ids: model(ids, training=False)
     from kformer.models.pretrained import bert_inputs

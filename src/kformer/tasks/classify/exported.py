@@ -5,7 +5,8 @@
 are the export's: ``model.onnx`` on ONNX Runtime (its tokenizer rebuilt from the export's
 ``vocab.txt`` and ``metadata.json["tokenizer"]``), or the SavedModel (its ``texts`` signature
 where it has one: raw strings in). The wide n-gram part, its mix and the out-of-scope score
-(``ood_score``: the best probability or minus a distance) are in the exported graph; the calibrated
+(``ood_score``: the best probability, minus a distance, the TF-IDF novelty or the combined rule)
+are in the exported graph; the calibrated
 threshold and the labels come from the metadata, so ``predict`` answers as the model folder does.
 No attention maps (they need the Keras network: serve the model folder).
 """
@@ -135,7 +136,8 @@ def _tokenizer(spec: dict, vocabulary: list[str]):
         return make_tokenizer(vocabulary, spec["max_length"], "wordpiece")
     import keras_hub
 
-    tokenizer = keras_hub.models.BertTokenizer(vocabulary=vocabulary, lowercase=spec["lowercase"])
+    tokenizer = keras_hub.models.BertTokenizer(vocabulary=vocabulary, lowercase=spec["lowercase"],
+                                               strip_accents=bool(spec.get("strip_accents", False)))
     return keras_hub.models.BertTextClassifierPreprocessor(tokenizer, sequence_length=spec["max_length"])
 
 

@@ -5,7 +5,8 @@ beside the common manifest keys of :mod:`kformer.folders`:
 
 ==============  ==========================================================================
 ``kind``        ``"encoder"`` (kformer's encoder, ids from ``vocab.txt``) or ``"bert"``
-                (a KerasHub ``BertTextClassifier`` that carries its own tokenizer)
+                (a KerasHub ``BertTextClassifier`` that carries its own tokenizer: its
+                vocabulary, ``lowercase`` and ``strip_accents`` are in ``model.keras``)
 ``labels``      the label names, exactly as written in the data; output ``i`` is ``labels[i]``
 ``vocab_file``  ``vocab.txt`` (encoder) or null
 ``max_length``, ``tokenizer``, ``truncation``: how texts become ids
@@ -13,9 +14,10 @@ beside the common manifest keys of :mod:`kformer.folders`:
 ``backbone``, ``pooling`` (bert), ``recipe``, ``metrics``
 ``threshold``   (runs with ``calibrate``) the unknown route's threshold chosen on validation, in
                 the units of the out-of-scope score (``ood``; without it: the best probability)
-``ood``         (runs whose ``ood_score`` is a distance) ``{"score", "units", "files", "dim", ...}``:
-                the statistics of the training texts' pooled vectors in ``ood/*.npy`` (no pickle;
-                :mod:`kformer.tasks.classify.ood`), the score the unknown route thresholds
+``ood``         (runs whose ``ood_score`` is not the probability) ``{"score", "units", "files", ...}``:
+                the statistics of the training texts' network vectors or TF-IDF vectors in
+                ``ood/*.npy`` (no pickle; :mod:`kformer.tasks.classify.ood`, :mod:`.ood_text`),
+                the score the unknown route thresholds
 ``wide``        (runs with ``wide``) ``{"weight", "rule", "file", "vocab_file", "features"}``:
                 the n-gram part in ``wide.npz`` + ``wide_vocab.json`` and its weight in the
                 probabilities (:mod:`kformer.tasks.classify.wide`)
@@ -45,7 +47,7 @@ from kformer.folders import MODEL_FILE, TRAINING_DIR
 from kformer.tasks.base import AttentionMaps, TaskModel, check_texts, write_curves
 from kformer.tasks.classify.calibration import RouteCounts
 from kformer.tasks.classify.data import Data, as_labelled, first_rows
-from kformer.tasks.classify.ood import PROBABILITY
+from kformer.tasks.classify.ood import PROBABILITY, in_scope_scores
 from kformer.tasks.classify.runtimes import check_runtime, make_predictor
 from kformer.tasks.classify.settings import TASK
 
@@ -85,23 +87,25 @@ class Classifier(TaskModel):
         self.threshold: float | None = None if manifest.get("threshold") is None else float(manifest["threshold"])
         # the distance the unknown route thresholds (kformer.tasks.classify.ood), or None: the best probability
         self.ood = ood
-        # ids (batch, width) int32 -> probabilities (batch, classes) float32 on the runtime (with ood: then
-        # the pooled text vectors, (batch, classes + dim))
-        self.predictor = make_predictor(self, runtime, vectors=ood is not None)
+        # ids (batch, width) int32 -> probabilities (batch, classes) float32 on the runtime (with an ood score
+        # that reads network vectors: then those, (batch, classes + dim) or every block's (batch, classes + L * dim))
+        self.predictor = make_predictor(self, runtime, vectors=getattr(ood, "vectors", None))
 
     def with_parts(self, *, wide: Mix | None, threshold: float | None, ood: OodScore | None = None) -> Classifier:
         """A classifier with this one's network (model, tokenizer and runtime: shared) and the
         ``wide`` part, ``threshold`` and ``ood`` score given: how a training run assembles what
         validation chose."""
-        assembled = self.with_vectors() if ood is not None and not self.predictor.vectors else copy.copy(self)
+        needed = getattr(ood, "vectors", None)
+        covered = self.predictor.vectors == "layers" or self.predictor.vectors == needed
+        assembled = self.with_vectors(layers=needed == "layers") if needed and not covered else copy.copy(self)
         assembled.wide, assembled.threshold, assembled.ood = wide, threshold, ood
         return assembled
 
-    def with_vectors(self) -> Classifier:
-        """This classifier predicting on Keras with its pooled text vectors (:meth:`text_vectors`):
-        what fitting a distance score reads."""
+    def with_vectors(self, layers: bool = False) -> Classifier:
+        """This classifier predicting on Keras with its pooled text vectors (:meth:`text_vectors`),
+        with ``layers`` every encoder block's: what fitting a distance score reads."""
         copied = copy.copy(self)
-        copied.predictor = make_predictor(self, "keras", vectors=True)
+        copied.predictor = make_predictor(self, "keras", vectors="layers" if layers else "last")
         return copied
 
     @property
@@ -156,8 +160,10 @@ class Classifier(TaskModel):
 
     def text_vectors(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
         """The network's pooled text vectors ``(len(texts), dim)`` float32 (the input of its last
-        dense layer, inference mode): what a distance score measures. Needs a predictor that
-        computes them (a classifier with ``ood``, or :meth:`with_vectors`)."""
+        dense layer, inference mode), or from a predictor of every block's vectors those,
+        ``(len(texts), blocks * dim)`` (the last ``dim`` columns: the text vector): what a distance
+        score measures. Needs a predictor that computes them (a classifier with a distance
+        ``ood``, or :meth:`with_vectors`)."""
         if not self.predictor.vectors:
             raise Unsupported("this classifier's predictor computes no text vectors (see Classifier.with_vectors)")
         return self.network_outputs(texts, batch_size)[:, len(self.labels):]
@@ -198,21 +204,28 @@ class Classifier(TaskModel):
     def scored(self, texts: Sequence[str], batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
         """``(probabilities (n, classes) float32, in-scope scores (n,) float64)`` of ``texts`` in one
         pass of the network: the score the unknown route thresholds, higher = more in scope --
-        the best probability, or (with ``ood``) minus a distance of the pooled text vector
-        (:mod:`kformer.tasks.classify.ood`)."""
+        the best probability, or (with ``ood``) minus a distance of the pooled text vector(s)
+        (:mod:`kformer.tasks.classify.ood`), the TF-IDF novelty or the combined rule
+        (:mod:`kformer.tasks.classify.ood_text`)."""
         texts = check_texts(texts)
+        probs, vectors = self.mixed_outputs(texts, batch_size)
+        return probs, in_scope_scores(self.ood, probs, vectors, texts)
+
+    def mixed_outputs(self, texts: Sequence[str], batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
+        """``(probabilities (n, classes) float32 -- the network's mixed with the wide part's --,
+        network vectors (n, width - classes): the predictor's vectors, or (n, 0))`` of checked
+        ``texts``, in one pass of the network: what every in-scope score reads."""
         outputs = self.network_outputs(texts, batch_size)
         probs = outputs[:, : len(self.labels)]
         if self.wide is not None:
             probs = self.wide(probs, texts)
-        if self.ood is None:
-            return probs, probs.max(axis=1).astype("float64") if len(probs) else np.zeros(0)
-        return probs, self.ood(outputs[:, len(self.labels):])
+        return probs, outputs[:, len(self.labels):]
 
     def predict(self, texts: Sequence[str], *, top_k: int = 1, threshold: float | None = None,
                 unknown_label: str = "unknown", batch_size: int = 64) -> list[dict[str, Any]]:
         """One dict per text: ``label``, ``probability``, ``unknown``, ``top_k`` (label/probability
-        pairs, most likely first), and with a distance score (``ood``) its ``ood_score``.
+        pairs, most likely first), and with a score other than the probability (``ood``) its
+        ``ood_score``.
 
         With ``threshold``, a text whose in-scope score (:meth:`scored`: the best probability, or
         with ``ood`` minus the distance, ``kformer.json["ood"]["units"]``) is below it gets
@@ -326,7 +339,7 @@ class Classifier(TaskModel):
 
     def export_plan(self):
         """token ids -> probabilities, and raw texts -> probabilities and labels where the
-        tokenizer runs in a graph (:mod:`kformer.tasks.classify.export`); refused with a wide part."""
+        tokenizer runs in a graph (:mod:`kformer.tasks.classify.export`)."""
         from kformer.tasks.classify.export import classifier_plan
 
         return classifier_plan(self)
@@ -448,9 +461,9 @@ def load(folder: str | os.PathLike, runtime: str = "keras") -> Classifier:
         wide = load_mix(folder, manifest["wide"], [str(label) for label in labels])
     ood = None
     if manifest.get("ood"):
-        from kformer.tasks.classify.ood import load_score
+        from kformer.tasks.classify.ood_text import load_ood
 
-        ood = load_score(folder, manifest["ood"])
+        ood = load_ood(folder, manifest["ood"], wide)
     return Classifier(folder, manifest, model, tokenizer, wide=wide, ood=ood, runtime=runtime)
 
 

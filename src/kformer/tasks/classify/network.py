@@ -139,23 +139,55 @@ def uniform_targets(rows: int, classes: int) -> np.ndarray:
 
 
 def batches(kind: str, ids, y, batch_size: int, shuffle: bool, seed: int = 0, sample_weight=None, first_epoch: int = 0,
-            cluster: Cluster | None = None):
+            cluster: Cluster | None = None, contrast: bool = False, per_class: int = 0):
     """A ``tf.data.Dataset`` of length-bucketed batches (BERT models get their input dicts);
     ``first_epoch`` is where a resumed run starts (it sees the order of that epoch). With a
     ``cluster``: this process's rows of the global batches. For :data:`XLA_KINDS` (one XLA
     compile per batch shape) every training batch (``shuffle``) has ``batch_size`` rows: the short
     one is filled up with copies of its rows weighted 0 (:func:`~kformer.data.batching.fill_batch`),
     so the step meets only ``(batch_size, width bucket)`` shapes. Validation batches keep their
-    rows (the same few shapes every epoch; a filled batch would skew ``val_loss``)."""
+    rows (the same few shapes every epoch; a filled batch would skew ``val_loss``). ``contrast``:
+    batches for :func:`training_network`'s contrastive network (:func:`with_contrast_targets`);
+    ``per_class`` > 1: training batches hold a class's rows that many at a time
+    (:func:`~kformer.data.batching.class_grouped_batches`; rows of no class, uniform ``y``, are one group)."""
     from kformer.data.batching import BucketedBatches, fill_batch
     from kformer.models.pretrained import bert_inputs
 
     make = BucketedBatches if cluster is None else cluster.batches
+    classes = np.where(y.max(axis=1) == 1, y.argmax(axis=1), -1) if per_class > 1 else None
     data = make(ids, y, batch_size, shuffle=shuffle, seed=seed, sample_weight=sample_weight,
-                first_epoch=first_epoch).dataset()
+                first_epoch=first_epoch, classes=classes, per_class=per_class).dataset()
     if kind in XLA_KINDS and shuffle and cluster is None:
         data = data.map(lambda *batch: fill_batch(batch, batch_size))
-    return data.map(bert_inputs) if kind == "bert" else data
+    data = data.map(bert_inputs) if kind == "bert" else data
+    return data.map(with_contrast_targets) if contrast else data
+
+
+def with_contrast_targets(x, y, *weight):
+    """A batch ``(x, y (n, classes)[, sample_weight (n,)])`` as the contrastive network's
+    (:func:`~kformer.models.classifier.with_contrastive_loss`): ``x`` (ids ``(n, width)``, or
+    BERT's input dict) becomes a dict that also holds each row's target, zeroed where its weight is
+    0 (a filler copy: :func:`~kformer.data.batching.fill_batch`), so the copy is left out."""
+    import tensorflow as tf  # input pipeline only, outside the model
+
+    from kformer.models.classifier import CONTRAST_TARGETS
+
+    targets = tf.cast(y, tf.float32)
+    if weight:
+        targets *= tf.cast(weight[0] > 0, tf.float32)[:, None]
+    features = dict(x) if isinstance(x, dict) else {"token_ids": x}
+    return ({**features, CONTRAST_TARGETS: targets}, y, *weight)
+
+
+def training_network(model, config: ClassifyConfig):
+    """What ``fit`` trains: ``model`` itself, or with ``contrastive_weight`` > 0 a network of its
+    weights that adds the supervised contrastive loss in training
+    (:func:`~kformer.models.classifier.with_contrastive_loss`); ``model`` is what is saved."""
+    if not config.contrastive_weight:
+        return model
+    from kformer.models.classifier import with_contrastive_loss
+
+    return with_contrastive_loss(model, config.contrastive_weight, config.contrastive_temperature)
 
 
 def fit_network(classifier, config: ClassifyConfig, splits, state_dir: Path, resume: bool, progress,
@@ -171,17 +203,19 @@ def fit_network(classifier, config: ClassifyConfig, splits, state_dir: Path, res
     x_train, y_train, weights = training_rows(classifier, config, train, unknown)
     x_valid = classifier.features(valid.texts)
     done = last_checkpoint(state_dir) if resume else None
-    train_batches = batches(classifier.kind, x_train, y_train, config.batch_size, True,
-                            config.seed, weights, first_epoch=0 if done is None else done[1], cluster=cluster)
+    contrast = config.contrastive_weight > 0
+    train_batches = batches(classifier.kind, x_train, y_train, config.batch_size, True, config.seed, weights,
+                            first_epoch=0 if done is None else done[1], cluster=cluster, contrast=contrast,
+                            per_class=config.contrastive_per_class if contrast else 0)
     valid_batches = batches(classifier.kind, x_valid, one_hot(valid.labels, index), max(config.batch_size, 64), False,
-                            cluster=cluster)
-    model = classifier.model
+                            cluster=cluster, contrast=contrast)
+    model = training_network(classifier.model, config)
     steps = math.ceil(len(x_train) / config.batch_size)
     schedule = compile_network(model, config, steps, classifier.kind, initial_step=0 if done is None else done[1] * steps,
                                cluster=cluster, xla=classifier.kind in XLA_KINDS)
-    preprocessor = getattr(model, "preprocessor", None)
+    preprocessor = getattr(classifier.model, "preprocessor", None)
     if classifier.kind == "bert":
-        model.preprocessor = None  # batches are already token ids; the saved model keeps its preprocessor
+        classifier.model.preprocessor = None  # batches are already token ids; the saved model keeps its preprocessor
     try:
         plan = FitPlan(epochs=config.epochs, out_dir=state_dir, patience=config.patience,
                        max_minutes=config.max_minutes, monitor=MONITOR, resume=resume, batch_size=config.batch_size)
@@ -189,7 +223,7 @@ def fit_network(classifier, config: ClassifyConfig, splits, state_dir: Path, res
                    agree=None if cluster is None else cluster.agree)
     finally:
         if classifier.kind == "bert":
-            model.preprocessor = preprocessor
+            classifier.model.preprocessor = preprocessor
 
 
 def fit_without_validation(classifier, config: ClassifyConfig, rows, epochs: int, state_dir: Path, progress,
@@ -204,16 +238,19 @@ def fit_without_validation(classifier, config: ClassifyConfig, rows, epochs: int
     from kformer.training import FitPlan, fit
 
     ids, targets, weights = training_rows(classifier, config, rows, unknown)
-    train_batches = batches(classifier.kind, ids, targets, config.batch_size, True, config.seed, weights)
+    contrast = config.contrastive_weight > 0
+    train_batches = batches(classifier.kind, ids, targets, config.batch_size, True, config.seed, weights,
+                            contrast=contrast, per_class=config.contrastive_per_class if contrast else 0)
     steps = math.ceil(len(ids) / config.batch_size)
-    schedule = compile_network(classifier.model, config, steps, classifier.kind, xla=classifier.kind in XLA_KINDS)
+    model = training_network(classifier.model, config)
+    schedule = compile_network(model, config, steps, classifier.kind, xla=classifier.kind in XLA_KINDS)
     preprocessor = getattr(classifier.model, "preprocessor", None)
     if classifier.kind == "bert":
         classifier.model.preprocessor = None
     try:
         plan = FitPlan(epochs=epochs, out_dir=state_dir, patience=None, max_minutes=config.max_minutes,
                        monitor="loss", batch_size=config.batch_size)
-        return fit(classifier.model, train_batches, None, plan, callbacks=schedule, progress=progress)
+        return fit(model, train_batches, None, plan, callbacks=schedule, progress=progress)
     finally:
         if classifier.kind == "bert":
             classifier.model.preprocessor = preprocessor

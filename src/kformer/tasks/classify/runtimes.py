@@ -4,7 +4,8 @@
 
 A predictor turns token ids ``(batch, width)`` int32 into probabilities ``(batch, classes)``
 float32 -- for a classifier with a distance out-of-scope score (:mod:`kformer.tasks.classify.ood`),
-followed by the pooled text vectors: ``(batch, classes + dim)`` (:attr:`width` columns).
+followed by the pooled text vectors: ``(batch, classes + dim)``, or every encoder block's pooled
+vectors (``vectors="layers"``): ``(batch, classes + blocks * dim)`` (:attr:`width` columns).
 ``"onnx"`` converts the network to ONNX (the same conversion as ``kformer export --format onnx``)
 once per folder version, kept in the folder's ``runtimes/`` (:func:`kformer.folders.converted`);
 attention maps still come from the Keras model. ``"onnx-int8"`` also
@@ -33,10 +34,23 @@ def check_runtime(runtime: str, field: str = "runtime") -> str:
     return runtime
 
 
-def make_predictor(classifier, runtime: str = "keras", vectors: bool = False):
+def vector_mode(vectors: bool | str | None) -> str | None:
+    """The network vectors a predictor adds: None, ``"last"`` (the text vector; True says so too) or ``"layers"``."""
+    if vectors in (None, False):
+        return None
+    if vectors is True or vectors == "last":
+        return "last"
+    if vectors == "layers":
+        return "layers"
+    raise ValueError(f"unknown vectors {vectors!r}: None, 'last' or 'layers'")
+
+
+def make_predictor(classifier, runtime: str = "keras", vectors: bool | str | None = None):
     """What runs ``classifier``'s network on ``runtime`` (for ONNX Runtime: converted now); with
-    ``vectors``, each row's pooled text vector follows its probabilities."""
+    ``vectors`` (:func:`vector_mode`), each row's pooled text vector -- or every encoder block's --
+    follows its probabilities."""
     check_runtime(runtime)
+    vectors = vector_mode(vectors)
     if runtime == "keras":
         return KerasPredictor(classifier.model, classifier.kind, vectors=vectors)
     from kformer.threads import thread_count
@@ -55,18 +69,18 @@ class KerasPredictor:
     name = "keras"
     max_batch = BATCH_BUCKETS[-1]  # the largest batch warmup compiles
 
-    def __init__(self, model, kind: str, vectors: bool = False):
+    def __init__(self, model, kind: str, vectors: bool | str | None = None):
         from kformer.tasks.classify.batch_plan import CallCosts
 
         self.model, self.kind = model, kind
         self.classes = int(model.outputs[0].shape[-1])
-        # what runs: the model, or (``vectors``) the model whose rows end with the pooled text vector
+        # what runs: the model, or (``vectors``) the model whose rows end with the pooled text vector(s)
         self.network = model
-        self.vectors = vectors
-        if vectors:
+        self.vectors = vector_mode(vectors)
+        if self.vectors:
             from kformer.models.classifier import with_text_vectors
 
-            self.network = with_text_vectors(model)
+            self.network = with_text_vectors(model, layers=self.vectors == "layers")
         self.width = int(self.network.outputs[0].shape[-1])  # columns of a call's output
         self.costs = CallCosts(pads_rows=True)  # a call runs at a compiled batch size: rows are padded up
         # kind "bert" on TensorFlow: the network as one graph of any (batch, width), built on first
@@ -125,7 +139,8 @@ class OnnxPredictor:
     any_shape = False
     max_batch = None
 
-    def __init__(self, onnx_model: bytes, threads: int | None = None, name: str = "onnx", vectors: bool = False):
+    def __init__(self, onnx_model: bytes, threads: int | None = None, name: str = "onnx",
+                 vectors: bool | str | None = None):
         from kformer.extras import require
         from kformer.tasks.classify.batch_plan import CallCosts
 
@@ -143,14 +158,14 @@ class OnnxPredictor:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(onnx_model, options, providers=["CPUExecutionProvider"])
         self.input = self.session.get_inputs()[0].name
-        self.vectors = vectors
+        self.vectors = vector_mode(vectors)
         self.width = self.session.get_outputs()[0].shape[-1]  # columns of a call's output
         if not isinstance(self.width, int):
             raise ValueError(f"the converted network's output has no fixed width ({self.width!r})")
 
     @classmethod
     def for_classifier(cls, classifier, threads: int | None = None, int8: bool = False,
-                       vectors: bool = False) -> OnnxPredictor:
+                       vectors: bool | str | None = None) -> OnnxPredictor:
         """``classifier``'s network (token ids -> probabilities[, pooled text vectors]) as ONNX; with
         ``int8``, its matrix weights quantized to 8 bits (:func:`quantize_int8`). Converted once per
         folder version and kept with the folder (:func:`kformer.folders.converted`): a restart or
@@ -170,7 +185,9 @@ class OnnxPredictor:
                 onnx_file(endpoint, Path(tmp) / "network.onnx", classifier.model)
                 quantize_int8(Path(tmp) / "network.onnx", path)
 
-        name = "network" + ("-vectors" if vectors else "") + ("-int8" if int8 else "") + ".onnx"
+        vectors = vector_mode(vectors)
+        name = "network" + {None: "", "last": "-vectors", "layers": "-layer-vectors"}[vectors] + ("-int8" if int8 else "")
+        name += ".onnx"
         return cls(converted(classifier.folder, name, convert), threads, "onnx-int8" if int8 else "onnx", vectors)
 
     def __call__(self, ids: np.ndarray) -> np.ndarray:

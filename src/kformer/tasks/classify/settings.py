@@ -15,6 +15,8 @@ from kformer.errors import BadInput
 from kformer.tasks.classify.auto import RULES
 from kformer.tasks.classify.calibration import KEEP
 
+CONTRASTIVE_PER_CLASS = 4  # texts of a class per training batch with a contrastive term (P x K sampling)
+CONTRASTIVE_TEMPERATURE = 0.1  # Khosla et al. 2020's common value for the supervised contrastive loss
 OUTLIER_WEIGHT = 1.0  # each unknown_label row's loss weighs as much as an in-scope row's (not tuned on validation yet)
 
 TASK = "classify"
@@ -89,6 +91,20 @@ class ClassifyConfig(TaskSettings):
         "the network again from scratch on the training and validation texts together for that many epochs (and the "
         "wide part, as wide_refit); metrics.json \"valid\" keeps the first network's validation scores, \"refit\" "
         "what the second run did; its time counts in max_minutes. Not with calibrate or freeze")
+    contrastive_weight: float = setting(
+        0.0, "training", "> 0: add this weight times a supervised contrastive loss (SupCon, Khosla et al. 2020) of the "
+        "L2-normalised pooled text vectors of each training batch to the cross-entropy, pulling each class's texts "
+        "into a tight cluster (what the distance ood scores measure); an anchor's positives are the other texts of "
+        "its class in the batch (a text with none adds nothing: see contrastive_per_class), unknown_label rows are "
+        "only pushed away; choose it on validation (bench.ood); 0: off. Not with freeze",
+        metavar="W")
+    contrastive_temperature: float = setting(
+        CONTRASTIVE_TEMPERATURE, "training", "the supervised contrastive loss's temperature (0.1: Khosla et al. 2020's common "
+        "value; lower sharpens the clusters)", metavar="T")
+    contrastive_per_class: int = setting(
+        CONTRASTIVE_PER_CLASS, "training", "with contrastive_weight: each training batch is made of runs of this many "
+        "texts of one class (batch_size / this many classes a batch), so every text has positives in its batch; "
+        "0 or 1: the usual shuffled batches of similar lengths", metavar="M")
     seed: int = setting(0, "training", "random seed")
     max_minutes: float | None = setting(None, "training", "stop after this many minutes, keeping the best weights "
                                         "(resumed: minutes of training in all)", metavar="M")
@@ -109,12 +125,17 @@ class ClassifyConfig(TaskSettings):
     unknown_keep: float = setting(
         KEEP, "training", "without out-of-scope validation texts: the share of the correctly predicted in-scope "
         "validation texts the calibrated threshold keeps at or above it (0 < K <= 1)", metavar="K")
-    ood_score: Literal["probability", "mahalanobis", "knn"] | Auto = setting(
+    ood_score: Literal["probability", "mahalanobis", "knn", "mahalanobis_layers", "tfidf", "combined"] | Auto = setting(
         AUTO, "training", "what the unknown route thresholds (higher = more in scope; --threshold is in its units): "
         "probability (the best class probability, 0..1), mahalanobis (minus the squared Mahalanobis distance of the "
-        "text's pooled vector to the nearest training class mean, one shared covariance) or knn (minus the distance "
-        "of the normalised vector to its 10th nearest normalised training vector); the statistics of the training "
-        "texts' vectors are kept in the folder's ood/; every runtime and export computes the same score")
+        "text's pooled vector to the nearest training class mean, one shared covariance), knn (minus the distance "
+        "of the normalised vector to its 10th nearest normalised training vector), mahalanobis_layers (backbone "
+        "scratch: the Mahalanobis distance on every encoder block's pooled output, each standardised on the training "
+        "texts, averaged), tfidf (with the wide part: minus the cosine distance of the text's TF-IDF vector to its "
+        "5th nearest of at most 20,000 training texts') or combined (with the wide part: the network score "
+        "validation picks and the tfidf novelty, standardised on the training texts, added with a weight on the "
+        "novelty of 0, .25, .5, .75 or 1 chosen by validation AUROC); the statistics of the training texts are kept "
+        "in the folder's ood/; every runtime and both export formats compute the same score")
     precision: Literal["float32", "mixed_bfloat16"] = setting(
         "float32", "training", "mixed_bfloat16: compute in bfloat16 (weights and outputs stay float32); see bench/precision.py")
 
@@ -161,6 +182,22 @@ class ClassifyConfig(TaskSettings):
             raise BadInput("{field} " + ("must name a label" if not self.unknown_label.strip() else
                            "trains the whole network away from confident answers; freeze trains only a head: use one "
                            "or the other"), field="unknown_label")
+        if self.contrastive_weight < 0 or (self.contrastive_weight > 0 and self.freeze):
+            raise BadInput(f"setting {{field}} = {self.contrastive_weight} " + (
+                "must be 0 (off) or above" if self.contrastive_weight < 0 else "trains the text vectors; freeze keeps "
+                "the backbone that makes them (only a head trains): use one or the other"), field="contrastive_weight")
+        if self.contrastive_per_class < 0:
+            raise BadInput(f"setting {{field}} = {self.contrastive_per_class} must be 0 or more",
+                           field="contrastive_per_class")
+        if self.contrastive_temperature <= 0:
+            raise BadInput(f"setting {{field}} = {self.contrastive_temperature} must be above 0",
+                           field="contrastive_temperature")
+        if self.ood_score == "mahalanobis_layers" and self.backbone != "scratch":
+            raise BadInput("{field} mahalanobis_layers reads the blocks of kformer's own encoder: backbone scratch",
+                           field="ood_score")
+        if self.ood_score in ("tfidf", "combined") and self.wide is False:
+            raise BadInput(f"{{field}} {self.ood_score} reads the wide n-gram part's TF-IDF vectors: leave wide on (or "
+                           "auto)", field="ood_score")
         if self.max_minutes is not None and self.max_minutes <= 0:
             raise BadInput(f"{{field}} must be above 0, got {self.max_minutes}", field="max_minutes")
 

@@ -23,7 +23,7 @@ from kformer.tasks import skeleton
 from kformer.tasks.base import TrainResult
 from kformer.tasks.classify import network, wide_fit
 from kformer.tasks.classify.auto import RULES, data_stats, describe
-from kformer.tasks.classify.calibration import calibrate, pick_score
+from kformer.tasks.classify.calibration import calibrate
 from kformer.tasks.classify.data import (
     Data,
     check_labels,
@@ -33,6 +33,8 @@ from kformer.tasks.classify.data import (
     without_label,
 )
 from kformer.tasks.classify.model import VOCAB_FILE, Classifier, network_manifest, write_folder
+from kformer.tasks.classify.ood_fit import fit_ood
+from kformer.tasks.classify.ood_text import refit_tfidf
 from kformer.tasks.classify.settings import TASK, ClassifyConfig
 from kformer.tasks.state import STATE_FILE
 
@@ -40,7 +42,6 @@ if TYPE_CHECKING:
     import os
 
     from kformer.parallel import DistributeConfig
-    from kformer.tasks.classify.ood import OodScore
     from kformer.tasks.classify.wide import Mix, WidePart
     from kformer.training import FitResult, Progress
 
@@ -151,7 +152,8 @@ class ClassifyRun(skeleton.TrainingRun):
 
     def assemble(self, prepared: _Prepared, fitted: _Fitted) -> _Assembled:
         """The wide part's weight, the validation scores and the threshold, chosen on the validation
-        split, of the out-of-scope score fitted on the training split (:func:`fit_ood`); then
+        split, of the out-of-scope score fitted on the training split
+        (:func:`~kformer.tasks.classify.ood_fit.fit_ood`); then
         (``wide_refit``) the wide part fitted again on training and validation texts."""
         config, train, valid = prepared.config, prepared.train, prepared.valid
         batch_size = max(config.batch_size, 64)
@@ -169,19 +171,24 @@ class ClassifyRun(skeleton.TrainingRun):
         if config.calibrate is True:
             calibration = calibrate(mixed, valid, prepared.out_of_scope, batch_size, recall=config.unknown_recall,
                                     keep=config.unknown_keep)
-        if choice is not None:  # validation settled what the rule left open: metrics.json["auto"] says so
+        if choice is not None and "ood_score" in prepared.auto.chosen:  # validation settled what the rule left open
             prepared.auto.chosen["ood_score"] = {**prepared.auto.chosen["ood_score"], "value": choice["score"],
-                                                 "why": choice["why"]}
+                                                 "why": choice["why"]}  # metrics.json["auto"] says so
+        if choice is not None and calibration is not None:
             calibration["auroc_of_each_score"] = choice["auroc"]
+            if "combined" in choice:
+                calibration["combined"] = choice["combined"]
         if chosen is not None and (config.wide_refit or fitted.final is not None):  # after all validation decides
             chosen, refitted = wide_fit.refit(chosen, train, valid, class_weights=config.class_weights,
                                               word_ngrams=config.wide_ngrams)
             wide = {**wide, "refit": refitted}
+            ood = refit_tfidf(ood, chosen.part, train.texts)  # the novelty reads the refitted part's columns
         threshold = None if calibration is None else calibration["threshold"]
         classifier = mixed.with_parts(wide=chosen, threshold=threshold, ood=ood)
         if fitted.final is not None:  # the refit network, its distance score fitted on every text it learned from
             every = _together(train, valid)
-            ood, _ = fit_ood(fitted.final, config, every, batch_size, valid, None, auto=False)
+            final = fitted.final.with_parts(wide=chosen, threshold=None)
+            ood, _ = fit_ood(final, config, every, batch_size, valid, None, auto=False)
             classifier = fitted.final.with_parts(wide=chosen, threshold=None, ood=ood)
         return _Assembled(classifier, fitted.result, fitted.vocabulary, valid_scores, calibration, wide, fitted.refit)
 
@@ -232,32 +239,6 @@ def train(config: ClassifyConfig | dict[str, Any] | None = None, data: Data | No
     """
     return skeleton.train(ClassifyRun(), config, data, out, valid=valid, test=test, resume=resume, progress=progress,
                           command=None if command is None else list(command), distribute=distribute)
-
-
-def fit_ood(classifier: Classifier, config: ClassifyConfig, train: LabelledTexts, batch_size: int,
-            valid: LabelledTexts, out_of_scope: LabelledTexts | None, *,
-            auto: bool) -> tuple[OodScore | None, dict[str, Any] | None]:
-    """The distance score of ``config.ood_score`` fitted on the pooled vectors of the TRAINING
-    texts (inference mode), or None for the best probability (also a run resumed from before the
-    setting, whose "auto" stays unresolved); and, when ``auto`` chose the score and the validation
-    set has out-of-scope texts, which score validation picked (:func:`~kformer.tasks.classify.
-    calibration.pick_score`: every score's validation AUROC, the best one kept) -- else None."""
-    from kformer.tasks.classify.ood import DISTANCE_SCORES, fit_score
-
-    compare = auto and out_of_scope is not None and len(out_of_scope) > 0
-    kinds = DISTANCE_SCORES if compare else tuple(kind for kind in DISTANCE_SCORES if kind == config.ood_score)
-    if not kinds:
-        return None, None
-    import numpy as np
-
-    vectors = classifier.with_vectors().text_vectors(train.texts, batch_size)  # (n, dim)
-    index = {label: i for i, label in enumerate(classifier.labels)}
-    label_ids = np.array([index[label] for label in train.labels])
-    fitted = {kind: fit_score(kind, vectors, label_ids, len(classifier.labels)) for kind in kinds}
-    if not compare:
-        return fitted[config.ood_score], None
-    choice = pick_score(classifier, fitted, valid, out_of_scope, batch_size)
-    return fitted.get(choice["score"]), choice
 
 
 def learned_vocabulary(config: ClassifyConfig, texts: Sequence[str], state_dir: Path, resume: bool) -> list[str] | None:

@@ -1,5 +1,6 @@
 """A classifier's wide part and its mix as graph operations, so an export carries them: TensorFlow
-ops for the SavedModel (:class:`TfWide`), ONNX operators for ``model.onnx`` (:func:`add_wide_onnx`).
+ops for the SavedModel (:class:`TfWide`), ONNX operators for ``model.onnx``
+(:func:`onnx_wide_features`, :func:`onnx_wide_probabilities`, :func:`add_onnx_outputs`).
 
 Why these and not a converter: scikit-learn's ``TfidfVectorizer`` has no TensorFlow form, and
 skl2onnx's converter does not take ``char_wb`` analyzers; both graphs here are written from what the
@@ -22,6 +23,12 @@ ONNX uses the standard ``TfIdfVectorizer``, ``StringNormalizer`` and ``LabelEnco
 ONNX Runtime's ``com.microsoft.Tokenizer`` (regex tokenizing: in every ONNX Runtime build). ONNX has
 no substring operator, so the ONNX ``texts`` input must already be cut to the part's first
 :data:`~kformer.tasks.classify.wide.MAX_CHARS` characters (the SavedModel cuts them itself).
+
+The features (each block's L2-normalised sublinear TF-IDF, the blocks side by side) are a step of
+their own in both graphs (``TfWide.features``, :func:`onnx_wide_features`), computed once: the
+logistic regression reads them, and so do the ``tfidf`` and ``combined`` out-of-scope scores
+(:mod:`~kformer.tasks.classify.ood_text_graph`). The export takes ``texts`` wherever either reads
+them (a part of weight 0 is read for the score and not mixed in).
 """
 
 from __future__ import annotations
@@ -42,8 +49,9 @@ def _tf_module():
     import tensorflow as tf
 
     class TfWide(tf.Module):
-        """Raw texts ``(B,)`` -> the wide part's probabilities ``(B, classes)`` float32, as TF ops
-        (a ``tf.Module``: track it in the export so its tables and weights are saved)."""
+        """Raw texts ``(B,)`` -> the wide part's TF-IDF features (:meth:`features`) -> its
+        probabilities ``(B, classes)`` float32 (:meth:`probabilities`; calling it does both), as TF
+        ops (a ``tf.Module``: track it in the export so its tables and weights are saved)."""
 
         def __init__(self, part: WidePart):
             super().__init__(name="wide_part")
@@ -53,22 +61,39 @@ def _tf_module():
                 keys = tf.constant(list(block.terms))
                 values = tf.range(len(block.terms), dtype=tf.int64)
                 table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(keys, values), -1)
-                self.blocks.append((block.analyzer, block.ngrams, table, tf.constant(block.idf), offset,
-                                    len(block.terms)))
+                self.blocks.append((block.analyzer, block.ngrams, table, tf.constant(block.idf), offset))
                 offset += len(block.terms)
+            self.width = offset  # F, the columns of all blocks
             self.tables = [b[2] for b in self.blocks]  # tracked
             self.coef_t = tf.Variable(part.coef.T, trainable=False, name="coef_t")  # (features, classes)
             self.intercept = tf.Variable(part.intercept, trainable=False, name="intercept")
 
         def __call__(self, texts):
+            return self.probabilities(self.features(texts))
+
+        def features(self, texts):
+            """Raw texts ``(B,)`` -> a ``tf.SparseTensor`` ``(B, F)`` float32: each block's sublinear
+            TF-IDF of its known n-grams, L2-normalised per row, the blocks side by side in column
+            order (scikit-learn's ``part.transform``; one entry per nonzero (row, column), in no particular
+            order: not for ops that need a canonically ordered SparseTensor)."""
             texts = tf.strings.lower(tf.strings.substr(tf.reshape(texts, [-1]), 0, MAX_CHARS, unit="UTF8_CHAR"),
                                      encoding="utf-8")
             rows = tf.shape(texts, out_type=tf.int64)[0]
-            logits = tf.zeros([rows, tf.shape(self.coef_t)[1]]) + self.intercept
-            for analyzer, ngrams, table, idf, offset, width in self.blocks:
+            parts = []
+            for analyzer, ngrams, table, idf, offset in self.blocks:
                 grams, gram_rows = (_word_grams if analyzer == "word" else _char_wb_grams)(texts, ngrams)
-                logits += _block_logits(grams, gram_rows, rows, table, idf, self.coef_t[offset:offset + width])
-            return tf.nn.softmax(logits, axis=1)
+                row, column, values = _block_features(grams, gram_rows, rows, table, idf)
+                parts.append((row, column + offset, values))
+            row, column, values = (tf.concat(list(part), axis=0) for part in zip(*parts, strict=True))
+            return tf.SparseTensor(tf.stack([row, column], axis=1), values,
+                                   tf.stack([rows, tf.constant(self.width, tf.int64)]))
+
+        def probabilities(self, features):
+            """The logistic regression's softmax ``(B, classes)`` of :meth:`features` ``(B, F)``."""
+            row, column = features.indices[:, 0], features.indices[:, 1]
+            logits = tf.math.unsorted_segment_sum(tf.gather(self.coef_t, column) * features.values[:, None], row,
+                                                  features.dense_shape[0])
+            return tf.nn.softmax(logits + self.intercept, axis=1)
 
     return TfWide
 
@@ -101,9 +126,10 @@ def _char_wb_grams(texts, ngrams):
     return grams.flat_values, tf.gather(word_rows, grams.value_rowids())
 
 
-def _block_logits(grams, gram_rows, rows, table, idf, coef_t):
-    """One block's share of the logits ``(rows, classes)``: sublinear TF-IDF of the known n-grams,
-    L2-normalised per row, times the block's weights."""
+def _block_features(grams, gram_rows, rows, table, idf):
+    """One block's features as ``(row, column, value)`` ``(nnz,)`` each: the sublinear TF-IDF of
+    the known n-grams (``grams`` ``(G,)`` of rows ``gram_rows`` ``(G,)``, ``rows`` texts in all),
+    L2-normalised per row; columns within the block."""
     import tensorflow as tf
 
     columns = table.lookup(grams)
@@ -114,8 +140,7 @@ def _block_logits(grams, gram_rows, rows, table, idf, coef_t):
     row, column = unique // width, unique % width
     values = (1.0 + tf.math.log(tf.cast(counts, tf.float32))) * tf.gather(idf, column)
     norms = tf.sqrt(tf.math.unsorted_segment_sum(values * values, row, rows))
-    values = values / tf.gather(norms, row)
-    return tf.math.unsorted_segment_sum(tf.gather(coef_t, column) * values[:, None], row, rows)
+    return row, column, values / tf.gather(norms, row)
 
 
 def tf_mix(deep, wide, mix: Mix):
@@ -132,7 +157,7 @@ def tf_mix(deep, wide, mix: Mix):
 # --- ONNX -----------------------------------------------------------------------------------------
 
 
-class _Graph:
+class OnnxGraph:
     """Nodes and initializers being added to an ONNX graph, with fresh names under ``prefix``."""
 
     def __init__(self, prefix: str):
@@ -157,7 +182,7 @@ class _Graph:
         return out
 
 
-def _onnx_counts(g: _Graph, lowered: str, block) -> str:
+def _onnx_counts(g: OnnxGraph, lowered: str, block) -> str:
     """Counts ``(B, terms)`` float32 of one block's n-grams in the lowercased texts."""
     lo, hi = block.ngrams
     grams = [term.split(" ") if block.analyzer == "word" else list(term) for term in block.terms]
@@ -190,7 +215,7 @@ def _onnx_counts(g: _Graph, lowered: str, block) -> str:
                 max_skip_count=0, ngram_counts=starts, ngram_indexes=order, **pool)
 
 
-def _onnx_block_features(g: _Graph, counts: str, idf: np.ndarray) -> str:
+def _onnx_block_features(g: OnnxGraph, counts: str, idf: np.ndarray) -> str:
     """Sublinear TF-IDF of ``counts``, each row L2-normalised."""
     tf = g.op("Where", [g.op("Greater", [counts, g.const(np.float32(0))]),
                         g.op("Add", [g.op("Log", [g.op("Max", [counts, g.const(np.float32(1))])]),
@@ -202,17 +227,24 @@ def _onnx_block_features(g: _Graph, counts: str, idf: np.ndarray) -> str:
     return g.op("Div", [values, g.op("Max", [norm, g.const(np.float32(TINY))])], "features")
 
 
-def onnx_wide_probabilities(g: _Graph, texts: str, part: WidePart) -> str:
-    """Nodes: raw texts ``(B,)`` (cut to :data:`MAX_CHARS`) -> the wide part's probabilities."""
+def onnx_wide_features(g: OnnxGraph, texts: str, part: WidePart) -> str:
+    """Nodes: raw texts ``(B,)`` (cut to :data:`MAX_CHARS`) -> the wide part's TF-IDF features
+    ``(B, F)`` float32 (dense): each block's sublinear TF-IDF, L2-normalised per row, the blocks
+    side by side in column order (what :meth:`TfWide.features` gives, and ``part.transform``)."""
     lowered = g.op("StringNormalizer", [texts], "lowered", case_change_action="LOWER", locale="C.UTF-8")
     features = [_onnx_block_features(g, _onnx_counts(g, lowered, block), block.idf) for block in part.blocks]
-    joined = features[0] if len(features) == 1 else g.op("Concat", features, "features", axis=1)
-    logits = g.op("Add", [g.op("MatMul", [joined, g.const(part.coef.T.astype("float32"), "coef_t")]),
+    return features[0] if len(features) == 1 else g.op("Concat", features, "features", axis=1)
+
+
+def onnx_wide_probabilities(g: OnnxGraph, features: str, part: WidePart) -> str:
+    """Nodes: the wide part's features ``(B, F)`` (:func:`onnx_wide_features`) -> its probabilities
+    ``(B, classes)``."""
+    logits = g.op("Add", [g.op("MatMul", [features, g.const(part.coef.T.astype("float32"), "coef_t")]),
                           g.const(part.intercept.astype("float32"), "intercept")], "logits")
     return g.op("Softmax", [logits], "wide_probabilities", axis=1)
 
 
-def onnx_mix(g: _Graph, deep: str, wide: str, mix: Mix) -> str:
+def onnx_mix(g: OnnxGraph, deep: str, wide: str, mix: Mix) -> str:
     """Nodes: :func:`kformer.tasks.classify.wide.mix` of two probability tensors."""
     weight = float(mix.weight)
     if mix.rule == "linear":
@@ -225,11 +257,14 @@ def onnx_mix(g: _Graph, deep: str, wide: str, mix: Mix) -> str:
     return g.op("Softmax", [g.op("Add", [log(deep, 1.0 - weight), log(wide, weight)])], "mixed", axis=1)
 
 
-def add_onnx_outputs(model, labels: list[str], mix: Mix | None, distance: bool = False) -> None:
+def add_onnx_outputs(model, labels: list[str], wide: Mix | None, distance: bool = False, text_score=None) -> None:
     """Turn ``model`` (a converted network: ``token_ids`` -> probabilities, and with ``distance``
-    a second output ``ood_score``) into the classifier's ``model.onnx`` in place: with ``mix``, a
-    ``texts`` input whose wide part is mixed in; outputs ``probabilities``, ``labels`` (the most
-    likely label of each row) and ``ood_score`` (without ``distance``: the best probability)."""
+    a second output ``ood_score``) into the classifier's ``model.onnx`` in place: with ``wide``
+    (the part the graph reads), a ``texts`` input whose wide part is mixed in (weight > 0) and
+    whose features ``text_score`` (a TF-IDF novelty or combined score,
+    :mod:`~kformer.tasks.classify.ood_text_graph`) reads; outputs ``probabilities``, ``labels`` (the
+    most likely label of each row) and ``ood_score``: the best probability, the converted
+    distance, or ``text_score`` of the features and of either of those."""
     from onnx import TensorProto, helper
 
     from kformer.models.export_plan import rename_value
@@ -237,17 +272,18 @@ def add_onnx_outputs(model, labels: list[str], mix: Mix | None, distance: bool =
     graph = model.graph
     network = "network_probabilities"
     rename_value(graph, graph.output[0].name, network)
-    g = _Graph("kformer_")
-    probs = network
-    if mix is not None and mix.weight > 0:
+    g = OnnxGraph("kformer_")
+    probs, features = network, None
+    if wide is not None:
         graph.input.append(helper.make_tensor_value_info("texts", TensorProto.STRING, [None]))
-        probs = onnx_mix(g, network, onnx_wide_probabilities(g, "texts", mix.part), mix)
+        features = onnx_wide_features(g, "texts", wide.part)
+    if wide is not None and wide.weight > 0:
+        probs = onnx_mix(g, network, onnx_wide_probabilities(g, features, wide.part), wide)
     g.nodes.append(helper.make_node("Identity", [probs], ["probabilities"]))
     best = g.op("ArgMax", ["probabilities"], "best", axis=1, keepdims=0)
     g.nodes.append(helper.make_node("Gather", [g.const(np.array(labels, dtype=object), "label_names"), best],
                                     ["labels"], axis=0))
-    if not distance:
-        g.nodes.append(helper.make_node("ReduceMax", ["probabilities"], ["ood_score"], axes=[1], keepdims=0))
+    _onnx_score(model, g, distance, text_score, features)
     graph.node.extend(g.nodes)
     graph.initializer.extend(g.initializers)
     classes = graph.output[0].type.tensor_type.shape.dim[-1].dim_value or None
@@ -257,3 +293,26 @@ def add_onnx_outputs(model, labels: list[str], mix: Mix | None, distance: bool =
                          helper.make_tensor_value_info("ood_score", TensorProto.FLOAT, [None])])
     have = {item.domain for item in model.opset_import}
     model.opset_import.extend(helper.make_opsetid(d, v) for d, v in ONNX_DOMAINS.items() if d not in have)
+
+
+def _onnx_score(model, g: OnnxGraph, distance: bool, text_score, features: str | None) -> None:
+    """Nodes of ``g`` giving ``ood_score`` ``(B,)``: the converted ``model``'s distance (with
+    ``distance``; renamed ``network_ood_score`` where ``text_score`` reads it) or the best of the
+    final ``probabilities``, and with ``text_score`` that score of the wide ``features`` and of it."""
+    from onnx import helper
+
+    from kformer.models.export_plan import rename_value
+
+    score = "ood_score"
+    if distance and text_score is not None:
+        score = "network_ood_score"
+        rename_value(model.graph, "ood_score", score)
+    elif not distance:
+        score = g.op("ReduceMax", ["probabilities"], "best_probability", axes=[1], keepdims=0)
+    if text_score is not None:
+        from kformer.tasks.classify.ood_text_graph import onnx_text_score, require_opset
+
+        require_opset(model)
+        score = onnx_text_score(g, text_score, features, score)
+    if score != "ood_score":
+        g.nodes.append(helper.make_node("Identity", [score], ["ood_score"]))

@@ -20,11 +20,13 @@ One module a job: :mod:`.settings` (:class:`TranslateConfig`), :mod:`.auto` (wha
 settings become) and :mod:`.stats` (what its rules read), :mod:`.pairs` (reading and holding out
 pairs), :mod:`.batches` (training batches), :mod:`.model` (the loaded :class:`Translator` and the
 folder format), :mod:`.train` (the training run), :mod:`.retrieval` (kNN-MT: the datastore in the
-folder and the choice of its weights), :mod:`.budget` (``max_minutes`` over the whole command:
-training's share, each later phase's estimate and cut) and :mod:`.phases` (the phases after
-training, sized to the time left, with their progress).
+folder and the choice of its weights), :mod:`.domains` (several corpora: their sampling weights and
+domain tags; reading them is :mod:`kformer.data.corpora`), :mod:`.budget` (``max_minutes`` over the
+whole command: training's share, each later phase's estimate and cut) and :mod:`.phases` (the phases
+after training, sized to the time left, with their progress).
 """
 
+from kformer.tasks.translate.domains import domain_names
 from kformer.tasks.translate.exported import ExportedTranslator, load_export
 from kformer.tasks.translate.model import MAX_REPEAT, Translator, check_decoding, load, save
 from kformer.tasks.translate.pairs import PairData, read_pair_data
@@ -37,6 +39,6 @@ evaluate = Translator.evaluate
 attention_maps = Translator.attention_maps
 
 __all__ = ["Datastore", "ExportedTranslator", "MAX_REPEAT", "PairData", "TranslateConfig", "Translator", "attention_maps",
-           "check_decoding", "evaluate", "load", "load_export", "read_pair_data", "build_retrieval", "remove_retrieval",
+           "check_decoding", "domain_names", "evaluate", "load", "load_export", "read_pair_data", "build_retrieval", "remove_retrieval",
            "save", "train", "translate"]
 

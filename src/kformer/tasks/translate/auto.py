@@ -128,6 +128,28 @@ def encoder_rule(stats: CorpusStats, wants_shared: bool, installed: bool) -> tup
     return "minilm", (f"{stats.distinct_pairs:,} distinct English-source pairs and all-MiniLM-L6-v2 installed")
 
 
+# Several corpora without weights: temperature sampling (Arivazhagan et al. 2019, "Massively Multilingual Neural
+# Machine Translation in the Wild"): corpus c's share of an epoch is proportional to n_c ** (1 / T), its training
+# pairs to the power 1/T -- 1 keeps the natural shares, larger T evens them out. 5 is the paper's; it is to be chosen on
+# validation by bench/en_ta, not yet measured.
+CORPUS_TEMPERATURE = 5.0
+CORPUS_WEIGHTS_RULE = (f"several corpora, none weighted: temperature sampling, each corpus's share of an epoch "
+                       f"proportional to its training pairs ** (1/{CORPUS_TEMPERATURE:g}), the epoch as long as the "
+                       "corpora together")
+
+
+def corpus_weights_rule(sizes: dict[str, int], temperature: float = CORPUS_TEMPERATURE) -> tuple[dict[str, float], str]:
+    """``({corpus: weight}, why)``: the weights (multipliers of each corpus's natural share) that
+    give corpus ``c`` a share of each epoch proportional to ``sizes[c] ** (1 / temperature)``,
+    keeping the epoch at ``sum(sizes)`` pairs (weights rounded to 3 decimals)."""
+    total = sum(sizes.values())
+    tempered = {name: size ** (1 / temperature) for name, size in sizes.items()}
+    norm = sum(tempered.values())
+    weights = {name: round(tempered[name] / norm * total / max(size, 1), 3) for name, size in sizes.items()}
+    shares = ", ".join(f"{name} {size:,} pairs -> {tempered[name] / norm:.0%}" for name, size in sizes.items())
+    return weights, f"T={temperature:g} over the training pairs: {shares} of each epoch"
+
+
 # --- the rules, in the order they resolve --------------------------------------------------------------
 
 RULES = Rules()
@@ -425,7 +447,13 @@ def decode_length_rule(sources: Sequence[Sequence[int]], targets: Sequence[Seque
 
 def describe(pairs: int, target_tokens: int, chosen: dict[str, dict]) -> str:
     """One line naming the corpus's size and each auto value (the reasons are in metrics.json)."""
-    values = ", ".join(f"{name}={item['value']:g}" if isinstance(item["value"], float) else f"{name}={item['value']}"
-                       for name, item in chosen.items())
+    values = ", ".join(f"{name}={_shown(item['value'])}" for name, item in chosen.items())
     return (f"auto settings for {pairs:,} training pairs, {target_tokens:,} target tokens: {values or 'none'} "
             "(reasons: metrics.json \"auto\")")
+
+
+def _shown(value) -> str:
+    """A chosen value in the settings line: floats short, a ``{corpus: weight}`` map as ``a:1.2,b:0.8``."""
+    if isinstance(value, dict):
+        return ",".join(f"{key}:{_shown(item)}" for key, item in value.items())
+    return f"{value:g}" if isinstance(value, float) else str(value)

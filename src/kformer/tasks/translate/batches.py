@@ -18,8 +18,14 @@ EncodedPairs = tuple[list[list[int]], list[list[int]]]  # (sources, targets) of 
 
 def fitting(sources: list[list[int]], targets: list[list[int]], max_length: int) -> EncodedPairs:
     """``(sources, targets)`` of the pairs whose sides are 1..``max_length`` subwords long."""
-    kept = [(s, t) for s, t in zip(sources, targets, strict=True) if 0 < len(s) <= max_length and 0 < len(t) <= max_length]
-    return [s for s, _ in kept], [t for _, t in kept]
+    rows = fitting_rows(sources, targets, max_length)
+    return [sources[i] for i in rows], [targets[i] for i in rows]
+
+
+def fitting_rows(sources: list[list[int]], targets: list[list[int]], max_length: int) -> list[int]:
+    """The indices of the pairs :func:`fitting` keeps."""
+    return [i for i, (s, t) in enumerate(zip(sources, targets, strict=True))
+            if 0 < len(s) <= max_length and 0 < len(t) <= max_length]
 
 
 def target_tokens(pairs: EncodedPairs) -> int:
@@ -27,15 +33,18 @@ def target_tokens(pairs: EncodedPairs) -> int:
     return sum(len(ids) + 1 for ids in pairs[1])
 
 
-def batch_plan(config, lengths: Sequence[int] | np.ndarray, shuffle: bool, levels=None, batch_size: int | None = None):
+def batch_plan(config, lengths: Sequence[int] | np.ndarray, shuffle: bool, levels=None, batch_size: int | None = None,
+               groups: np.ndarray | None = None, weights: tuple[float, ...] | None = None):
     """The :class:`~kformer.data.pair_batches.PairBatchPlan` of pairs of these batch ``lengths``
     (:func:`~kformer.data.pair_batches.pair_lengths`): packed by ``config.batch_tokens`` unless
-    ``config.batch_size`` is set (or a ``batch_size`` is given)."""
+    ``config.batch_size`` is set (or a ``batch_size`` is given); with ``weights`` (one per corpus,
+    ``groups`` each pair's) the corpora sampled by them."""
     from kformer.data.pair_batches import PairBatchPlan
 
     batch_size = batch_size or (None if config.batch_size == AUTO else config.batch_size)
     return PairBatchPlan(lengths, batch_tokens=None if batch_size else config.batch_tokens, batch_size=batch_size,
-                         seed=config.seed, shuffle=shuffle, levels=levels)
+                         seed=config.seed, shuffle=shuffle, levels=levels,
+                         groups=None if weights is None else groups, weights=weights)
 
 
 def dataset(pairs: EncodedPairs, plan, limits=(None, None), first_epoch: int = 0, states=None):

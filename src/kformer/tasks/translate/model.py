@@ -4,11 +4,14 @@ The folder: ``kformer.json`` (task ``translate``, the vocabulary files, the long
 target, the output cap, recipe, a metrics summary), ``model.keras``, ``vocab.spm`` (or
 ``source.spm`` and ``target.spm``; ``words.txt`` or ``source_words.txt`` and
 ``target_words.txt`` for whole words; with a pretrained encoder ``source_wordpiece.txt``, its
-WordPiece vocabulary, and in ``kformer.json`` an ``encoder`` entry -- its weights are in
-``model.keras``), ``metrics.json``, ``test_translations.json`` and
+WordPiece vocabulary read as ``kformer.json["vocab"]``'s ``lowercase`` and ``strip_accents`` say
+(a folder without ``strip_accents``, from before it was recorded, keeps accents), and in
+``kformer.json`` an ``encoder`` entry -- its weights are in ``model.keras``), ``metrics.json``, ``test_translations.json`` and
 ``training/`` (checkpoint, logs, and what ``resume`` needs to rebuild the same model:
 ``state.json`` and the vocabularies, written by :func:`save_vocabs`); with retrieval (kNN-MT),
-``retrieval/`` and ``kformer.json["retrieval"]`` (:mod:`.retrieval`).
+``retrieval/`` and ``kformer.json["retrieval"]`` (:mod:`.retrieval`). ``kformer.json["corpora"]``
+lists the training corpora (name, training pairs, weight, tag) and, with corpus tags,
+``kformer.json["tags"]`` maps each tag to its source token and id (:mod:`.domains`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from kformer.errors import BadInput, CorruptModel, KformerError
 from kformer.folders import MODEL_FILE, TRAINING_DIR, read_manifest, write_model_folder
 from kformer.tasks.base import AttentionMaps, TaskModel, check_texts, write_curves
 from kformer.tasks.translate.auto import DEFAULT_DECODE_LENGTH
+from kformer.tasks.translate.domains import domain_ids, domain_names, tagged
 from kformer.tasks.translate.pairs import PairData, read_pair_data
 from kformer.tasks.translate.retrieval import (
     Datastore,
@@ -60,10 +64,10 @@ def _vocab_files(source_vocab, target_vocab) -> dict[str, Any]:
     """The manifest's ``vocab`` entry: which files hold the vocabularies (``kind``: the target's;
     ``source_kind`` ``"wordpiece"`` for a pretrained encoder's)."""
     shared, words = source_vocab is target_vocab, _is_words(target_vocab)
-    if _is_wordpiece(source_vocab):
+    if is_wordpiece(source_vocab):
         target = WORD_VOCAB_FILES["target"] if words else TARGET_VOCAB_FILE
         return {"shared": False, "source_kind": "wordpiece", "lowercase": source_vocab.lowercase,
-                "source": WORDPIECE_VOCAB_FILE, "target": target, **({"kind": "words"} if words else {})}
+                "strip_accents": source_vocab.strip_accents, "source": WORDPIECE_VOCAB_FILE, "target": target, **({"kind": "words"} if words else {})}
     if words:
         names = WORD_VOCAB_FILES
         return {"shared": shared, "kind": "words", "source": names["shared" if shared else "source"],
@@ -73,7 +77,7 @@ def _vocab_files(source_vocab, target_vocab) -> dict[str, Any]:
     return {"shared": False, "source": SOURCE_VOCAB_FILE, "target": TARGET_VOCAB_FILE}
 
 
-def _is_wordpiece(vocab) -> bool:
+def is_wordpiece(vocab) -> bool:
     from kformer.text.wordpiece import WordPieceVocabulary
 
     return isinstance(vocab, WordPieceVocabulary)
@@ -112,7 +116,9 @@ def load_vocabs(folder: Path, files: dict[str, Any]):
         from kformer.text.wordpiece import WordPieceVocabulary
 
         try:
-            source = WordPieceVocabulary.load(folder / files["source"], bool(files.get("lowercase", True)))
+            # folders written before strip_accents was recorded read their source as they did: accents kept
+            source = WordPieceVocabulary.load(folder / files["source"], bool(files.get("lowercase", True)),
+                                              bool(files.get("strip_accents", False)))
         except KformerError as exc:
             raise CorruptModel(exc.message_for(), field="model_dir") from None
         return source, read(files.get("target", TARGET_VOCAB_FILE))
@@ -128,7 +134,7 @@ def save(translator: Translator, out: str | os.PathLike, recipe: dict, metrics: 
 
     manifest = {
         "vocab": _vocab_files(translator.source_vocab, translator.target_vocab),
-        **({"encoder": translator.manifest["encoder"]} if "encoder" in translator.manifest else {}),
+        **{key: translator.manifest[key] for key in ("encoder", "corpora", "tags") if key in translator.manifest},
         "max_source_length": translator.max_source_length,
         "max_target_length": translator.max_target_length,
         "decode_length": translator.decode_length,
@@ -181,7 +187,7 @@ class Translator(TaskModel):
     unless a call passes ``retrieval=False``."""
 
     task = TASK
-    parameters = {"beam": 1, "max_repeat": MAX_REPEAT}
+    parameters = {"beam": 1, "max_repeat": MAX_REPEAT, "domain": None}
 
     def __init__(self, model, source_vocab, target_vocab, folder: str | os.PathLike, manifest: dict | None = None,
                  retrieval: Datastore | None = None):
@@ -197,27 +203,46 @@ class Translator(TaskModel):
 
     def build_retrieval(self, data: PairData, *, valid: PairData | None = None, limit: int = 150,
                         lam: float | None = None, temperature: float | None = None, k: int | None = None,
-                        write: bool = True, progress=None) -> Translator:
+                        search: str = "auto", nprobe: int | None = None, write: bool = True,
+                        progress=None) -> Translator:
         """A datastore over the training pairs ``data`` (a path or pairs) and the translator that
         decodes with it -- written into this model folder unless ``write`` is False. Its weights
         are chosen by greedy chrF on the first ``limit`` pairs of ``valid`` (validation pairs; never
         the test pairs), or, with ``lam`` given, set (``temperature`` default: the datastore's
-        typical distance; ``k`` default 8) without tuning."""
-        from kformer.data.pairs import normalize_text
-        from kformer.tasks.translate.retrieval import datastore_for
+        typical distance; ``k`` default 8) without tuning. ``search`` (``"auto"``, ``"exact"``
+        or ``"ivf"``) and ``nprobe``: how decoding finds the neighbours (:func:`.retrieval.with_search`).
+        With corpus tags, each source is keyed with its corpus's tag, as training saw it
+        (:meth:`corpus_domains`)."""
+        from kformer.tasks.translate.pairs import read_training_data
+        from kformer.tasks.translate.retrieval import check_search_request, datastore_for
 
         at_least("limit", limit, 1)
-        pairs = read_pair_data(data, "data")
+        check_search_request(search, nprobe)
+        pairs = read_training_data(data, "data")[0]
         valid_pairs = read_pair_data(valid, "valid") if lam is None else []
         if lam is None and (temperature is not None or k is not None):
             raise BadInput("{field} must be given with temperature or k (they skip tuning)", field="lam")
-        store = datastore_for(self, self.encode_sources([p.source for p in pairs]),
-                              self.target_vocab.encode([normalize_text(p.target) for p in pairs]), valid_pairs,
-                              limit, progress, lam=lam, temperature=temperature, k=k)
+        store = datastore_for(self, *self.encode_pairs(pairs), valid_pairs, limit, progress, lam=lam,
+                              temperature=temperature, k=k, search=search, nprobe=nprobe)
         if write:
             add_to_folder(self.folder, store)
             return load(self.folder)
         return self.with_retrieval(store)
+
+    def corpus_domains(self, pairs: Sequence[Pair]) -> list[str | None]:
+        """The tag of each pair's corpus, as this model's training recorded it (None: untagged)."""
+        if not self.manifest.get("tags"):
+            return [None] * len(pairs)
+        tags = {row.get("name"): row.get("tag") for row in self.manifest.get("corpora") or []}
+        return [tags.get(pair.corpus) for pair in pairs]
+
+    def encode_pairs(self, pairs: Sequence[Pair]) -> tuple[list[list[int]], list[list[int]]]:
+        """``(sources, targets)`` subword ids of ``pairs`` as training encoded them (sources
+        tagged with their corpus, :meth:`corpus_domains`; targets NFC-normalised)."""
+        from kformer.data.pairs import normalize_text
+
+        return (self.encode_sources([p.source for p in pairs], self.corpus_domains(pairs)),
+                self.target_vocab.encode([normalize_text(p.target) for p in pairs]))
 
     def _knn(self, retrieval: bool):
         """``(knn tensors, k)`` for decoding (``(None, 0)``: without retrieval)."""
@@ -251,18 +276,21 @@ class Translator(TaskModel):
     def metadata(self) -> dict[str, Any]:
         retrieval = {} if self.retrieval is None else {"retrieval": {
             "entries": self.retrieval.entries, "k": self.retrieval.k, "temperature": self.retrieval.temperature,
-            "lambda": self.retrieval.lam}}
+            "lambda": self.retrieval.lam, "search": self.retrieval.search, "nprobe": self.retrieval.nprobe}}
         return {**super().metadata(), "shared_vocab": self.source_vocab is self.target_vocab,
                 **({"encoder": self.manifest["encoder"]} if "encoder" in self.manifest else {}),
+                "domains": sorted(self.manifest.get("tags") or {}),
                 "max_source_length": self.max_source_length, "max_target_length": self.max_target_length, **retrieval}
 
-    def encode_sources(self, texts: Sequence[str]) -> list[list[int]]:
-        """NFC-normalised subword ids of each text, cut to the model's longest source."""
+    def encode_sources(self, texts: Sequence[str], domain: str | Sequence[str | None] | None = None) -> list[list[int]]:
+        """NFC-normalised subword ids of each text, led by the tag of ``domain`` (one for all
+        texts or one each; :func:`.domains.domain_ids`), cut to the model's longest source."""
         from kformer.data.pairs import normalize_text
         from kformer.text.specials import UNK_ID
 
-        ids = self.source_vocab.encode([normalize_text(t) for t in texts])
-        if _is_wordpiece(self.source_vocab):  # [CLS] ... [SEP]: a long source keeps its [SEP]
+        ids = tagged(self.source_vocab, self.source_vocab.encode([normalize_text(t) for t in texts]),
+                     domain_ids(self.manifest, domain, len(texts)))
+        if is_wordpiece(self.source_vocab):  # [CLS] ... [SEP]: a long source keeps its [SEP]
             longest = self.max_source_length
             return [seq if len(seq) <= longest else [*seq[: longest - 1], seq[-1]] for seq in ids]
         return [seq[: self.max_source_length] or [UNK_ID] for seq in ids]
@@ -304,31 +332,36 @@ class Translator(TaskModel):
         return int(min(self.max_target_length, 2 * width + 8))
 
     def translate(self, texts: Sequence[str], *, beam: int = 1, batch_size: int = 64,
-                  max_repeat: int = MAX_REPEAT, retrieval: bool = True) -> list[str]:
+                  max_repeat: int = MAX_REPEAT, retrieval: bool = True,
+                  domain: str | Sequence[str | None] | None = None) -> list[str]:
         """Translate each text (greedy when ``beam`` is 1, else beam search); blank texts give ''.
         No word or span of up to 8 subwords appears more than ``max_repeat`` times in a row in a
         translation (0: no limit; see :data:`MAX_REPEAT`). ``retrieval=False`` decodes without the
-        folder's kNN-MT datastore (no effect without one)."""
+        folder's kNN-MT datastore (no effect without one). ``domain``: a tag of a model trained
+        with corpus tags (``metadata()["domains"]``), or one per text; None: neutral."""
         texts = check_texts(texts)
         check_decoding(beam, batch_size, max_repeat)
+        domains = domain_names(self.manifest, domain, len(texts))  # an unknown domain fails before decoding
         results = [""] * len(texts)
         todo = [i for i, text in enumerate(texts) if text.strip()]
         if todo:
-            decoded = self._decode(self.encode_sources([texts[i] for i in todo]), beam, batch_size, max_repeat,
-                                   retrieval)
+            sources = self.encode_sources([texts[i] for i in todo], [domains[i] for i in todo])
+            decoded = self._decode(sources, beam, batch_size, max_repeat, retrieval)
             for i, text in zip(todo, decoded, strict=True):
                 results[i] = text
         return results
 
     def score(self, pairs: Sequence[Pair], *, beam: int = 1, batch_size: int = 64,
-              max_repeat: int = MAX_REPEAT, retrieval: bool = True) -> tuple[dict, list[str]]:
+              max_repeat: int = MAX_REPEAT, retrieval: bool = True,
+              domain: str | Sequence[str | None] | None = None) -> tuple[dict, list[str]]:
         """BLEU, chrF, exact match, ``repetition`` (share of translations in which a word or a
         target subword repeats more than 3 times in a row), ``n``, ``beam``, ``max_repeat`` and
         ``decode_seconds`` of the translations of ``pairs`` (decoded as :meth:`translate`), and
-        ``retrieval`` (whether the datastore was used); also the translations."""
+        ``retrieval`` (whether the datastore was used); also the translations. ``domain`` as
+        :meth:`translate`'s (training scores each held-out pair with its corpus's tag)."""
         start = time.monotonic()
         hypotheses = self.translate([p.source for p in pairs], beam=beam, batch_size=batch_size, max_repeat=max_repeat,
-                                    retrieval=retrieval)
+                                    retrieval=retrieval, domain=domain)
         return self.scores_of(pairs, hypotheses, beam=beam, max_repeat=max_repeat, retrieval=retrieval,
                               seconds=time.monotonic() - start), hypotheses
 
@@ -344,10 +377,12 @@ class Translator(TaskModel):
         return scores
 
     def evaluate(self, data: PairData, *, beam: int = 1, batch_size: int = 64, out: str | os.PathLike | None = None,
-                 limit: int | None = None, max_repeat: int = MAX_REPEAT, retrieval: bool = True) -> dict:
+                 limit: int | None = None, max_repeat: int = MAX_REPEAT, retrieval: bool = True,
+                 domain: str | None = None) -> dict:
         """Scores (as :meth:`score`) of the translations of ``data`` (a pairs file or pairs in
         memory; the first ``limit`` only, when given). With ``out``, also writes
-        ``out/scores.json`` and ``out/translations.json`` (source, reference, translation)."""
+        ``out/scores.json`` and ``out/translations.json`` (source, reference, translation).
+        ``domain``: every source translated with that tag (:meth:`translate`)."""
         from kformer.artifacts import staged_folder, write_json_atomic
 
         check_decoding(beam, batch_size, max_repeat)
@@ -356,7 +391,7 @@ class Translator(TaskModel):
             at_least("limit", limit, 1)
             pairs = pairs[:limit]
         scores, hypotheses = self.score(pairs, beam=beam, batch_size=batch_size, max_repeat=max_repeat,
-                                        retrieval=retrieval)
+                                        retrieval=retrieval, domain=domain)
         if out is not None:
             with staged_folder(Path(out)) as stage:
                 write_json_atomic(stage / "scores.json", scores)
@@ -364,13 +399,16 @@ class Translator(TaskModel):
         return scores
 
     def predict(self, instances: Sequence[str], *, beam: int = 1, max_repeat: int = MAX_REPEAT,
-                batch_size: int = 64, retrieval: bool = True) -> list[dict[str, Any]]:
+                batch_size: int = 64, retrieval: bool = True, domain: str | None = None) -> list[dict[str, Any]]:
         """``{"translation": ...}`` per input sentence: :meth:`translate`'s answers as dicts."""
         return [{"translation": text} for text in self.translate(instances, beam=beam, batch_size=batch_size,
-                                                                 max_repeat=max_repeat, retrieval=retrieval)]
+                                                                 max_repeat=max_repeat, retrieval=retrieval, domain=domain)]
 
     def check_values(self, parameters: dict[str, Any]) -> None:
         check_decoding(parameters["beam"], 1, parameters["max_repeat"])
+        if parameters["domain"] is not None and not isinstance(parameters["domain"], str):
+            raise BadInput(f"{{field}} must be a tag (a string), not {parameters['domain']!r}", field="domain")
+        domain_names(self.manifest, parameters["domain"], 1)
 
     def attention_maps(self, text: str) -> AttentionMaps:
         """Translate ``text`` greedily; encoder, decoder-self and cross attention of every layer and
@@ -402,41 +440,11 @@ class Translator(TaskModel):
         )
 
     def export_plan(self):
-        """The encoder, one cached decoder step and greedy decoding (:mod:`kformer.models.seq2seq_export`),
-        each greedy row capped by :attr:`decode_length`, with the default repeat limit; the
-        vocabulary files beside them and in the metadata how a client prepares a source."""
-        import shutil
+        """The encoder (a pretrained one included), one cached decoder step and greedy decoding, with
+        the vocabulary files and how a client prepares a source (:func:`.exported.export_plan`)."""
+        from kformer.tasks.translate.exported import export_plan
 
-        from kformer.errors import Unsupported
-        from kformer.models.export_plan import Plan
-
-        if "encoder" in self.manifest:
-            raise Unsupported(f"export of pretrained-encoder translators (encoder {self.manifest['encoder']['name']}) "
-                              "is not supported yet; serve the model folder itself")
-        if self.retrieval is not None:
-            raise Unsupported(f"{self.folder} decodes with a retrieval datastore (kNN-MT), which an export cannot carry; "
-                              f"take it out first (kformer retrieval remove {self.folder}) to export the network alone",
-                              field="model_dir")
-        from kformer.models.seq2seq_export import seq2seq_endpoints, seq2seq_info
-
-        vocab = self.manifest.get("vocab") or {}
-        files = list(dict.fromkeys([vocab.get("source", SOURCE_VOCAB_FILE), vocab.get("target", TARGET_VOCAB_FILE)]))
-
-        def write_files(folder: Path) -> None:
-            for name in files:
-                shutil.copyfile(self.folder / name, folder / name)
-
-        info = {"vocabulary_files": files, **seq2seq_info(self.model, MAX_REPEAT),
-                "source_vocabulary": files[0], "target_vocabulary": files[-1], "decode_length": self.decode_length,
-                "vocabulary_kind": "words" if vocab.get("kind") == "words" else "sentencepiece",
-                "source_text": "NFC-normalised, runs of whitespace -> one space, stripped; then its ids (sentencepiece: "
-                               "the model's pieces; words: each space-separated word's line in the file, unknown "
-                               f"words [UNK]), no [START]/[END], the first {self.max_source_length}; no ids: one [UNK]",
-                "target_text": "the ids before [END], without ids 0-2, detokenised (words: joined by spaces)",
-                "length_cap": "a source of n ids gets at most min(max_target_length, ceil(per_source_token * n) + "
-                              "extra) target tokens ([END] included; decode_length)"}
-        return Plan(TASK, seq2seq_endpoints(self.model, self.decode_length, MAX_REPEAT), [self.model], write_files,
-                    info)
+        return export_plan(self)
 
     def warmup(self, beams: Sequence[int] = (1,)) -> None:
         """Decode once per decode shape (batch and width bucket) and beam width in ``beams``

@@ -1,33 +1,45 @@
-"""Sentence pairs in: reading them from a file or from memory, and splitting off the held-out ones."""
+"""Sentence pairs in: reading them from files or from memory, and splitting off the held-out ones."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 
+from kformer.data.corpora import Corpus, is_paths, read_corpora
 from kformer.data.pairs import Pair
-from kformer.errors import BadInput, KformerError
+from kformer.errors import BadInput
 
-# A path to source<TAB>target lines, or (source, target) tuples / Pairs in memory.
-PairData = str | os.PathLike | Sequence[Pair | tuple[str, str]]
+# A path to source<TAB>target lines, several paths, a folder of pair files or a manifest of corpora
+# (kformer.data.corpora); or (source, target) tuples / Pairs in memory.
+PairData = str | os.PathLike | Sequence[str | os.PathLike] | Sequence[Pair | tuple[str, str]]
+IN_MEMORY = "data"  # the name of the corpus of pairs given in memory without one
 
 
 def read_pair_data(data: PairData, name: str = "data") -> list[Pair]:
-    """Pairs from a path (``source<TAB>target`` lines, ``.gz`` fine, more columns ignored) or from
-    ``(source, target)`` tuples / :class:`Pair` objects, NFC-normalised; errors name ``name``."""
-    from kformer.data.pairs import read_pairs
+    """Pairs from a path (``source<TAB>target`` lines, ``.gz`` fine, more columns ignored), several
+    paths, a folder or a manifest (their pairs one after another), or from ``(source, target)``
+    tuples / :class:`Pair` objects, NFC-normalised; errors name ``name``. Validation and test pairs
+    given are neutral, except :class:`Pair` objects in memory that name their corpus: they keep it,
+    so a model trained with corpus tags is validated and tested on them with that corpus's tag."""
+    named = not is_paths(data)
+    return [pair if named and pair.corpus != IN_MEMORY else replace(pair, corpus=None)
+            for pair in read_training_data(data, name)[0]]
 
-    if isinstance(data, str | os.PathLike):
-        try:
-            return read_pairs(data)
-        except KformerError as exc:
-            raise BadInput(exc.message_for(), field=name) from None
-    if data is None or isinstance(data, bytes):
+
+def read_training_data(data: PairData, name: str = "data") -> tuple[list[Pair], list[Corpus]]:
+    """``(pairs, corpora)``: every pair of ``data`` (as :func:`read_pair_data`) carrying its
+    corpus's name, and the corpora in order. Pairs in memory are one corpus (:data:`IN_MEMORY`)
+    unless they are :class:`Pair` objects that name theirs."""
+    if is_paths(data):
+        read = read_corpora(data, name)
+        return [pair for _, pairs in read for pair in pairs], [corpus for corpus, _ in read]
+    if data is None or isinstance(data, bytes | str):
         raise BadInput("{field} must be a path or a list of (source, target) pairs", field=name)
     pairs = [_pair(item, f"{name}[{i}]", i + 1) for i, item in enumerate(data)]
     if not pairs:
         raise BadInput("{field} holds no sentence pairs", field=name)
-    return pairs
+    return pairs, [Corpus(corpus) for corpus in dict.fromkeys(pair.corpus for pair in pairs)]
 
 
 def _pair(item, field: str, line: int) -> Pair:
@@ -44,7 +56,8 @@ def _pair(item, field: str, line: int) -> Pair:
     source, target = (normalize_text(side) for side in sides)
     if not source or not target:
         raise BadInput(f"{{field}} has an empty {'source' if not source else 'target'}", field=field)
-    return Pair(source, target, line)
+    corpus = item.corpus if isinstance(item, Pair) and item.corpus else IN_MEMORY
+    return Pair(source, target, line, corpus)
 
 
 def split_pairs(config, train: list[Pair], valid: list[Pair] | None, test: list[Pair] | None):

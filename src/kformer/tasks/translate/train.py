@@ -21,13 +21,14 @@ from kformer.errors import BadInput, CorruptModel
 from kformer.tasks import skeleton
 from kformer.tasks.state import STATE_FILE, ResumeState
 from kformer.tasks.translate import budget as budgets
-from kformer.tasks.translate import phases, pretrained
+from kformer.tasks.translate import domains, phases, pretrained
 from kformer.tasks.translate.auto import RULES, decode_length_rule, describe
 from kformer.tasks.translate.batches import (
     EncodedPairs,
     batch_plan,
     dataset,
     fitting,
+    fitting_rows,
     target_tokens,
 )
 from kformer.tasks.translate.model import (
@@ -38,11 +39,14 @@ from kformer.tasks.translate.model import (
     save_vocabs,
     translation_rows,
 )
-from kformer.tasks.translate.pairs import PairData, read_pair_data, split_pairs
+from kformer.tasks.translate.pairs import PairData, read_pair_data, read_training_data, split_pairs
 from kformer.tasks.translate.settings import TASK, TranslateConfig
 from kformer.tasks.translate.stats import CorpusStats, EncodedStats
 
 if TYPE_CHECKING:
+    import numpy as np
+
+    from kformer.data.corpora import Corpus
     from kformer.data.pairs import Pair
     from kformer.parallel import Cluster, DistributeConfig
     from kformer.tasks.base import TrainResult
@@ -64,11 +68,21 @@ class _Prepared(skeleton.Prepared):
     vocab_seconds: float = 0.0
     decode_length: dict = field(default_factory=dict)  # the per-sentence output cap (auto.decode_length_rule)
     encoder: Any = None  # a pretrained encoder's backbone (encoder minilm or a folder), else None
+    mix: domains.CorpusMix | None = None  # the corpora, their weights and tags
+    groups: np.ndarray | None = None  # each kept training pair's corpus (an index into mix.corpora)
+    corpora: list[dict] = field(default_factory=list)  # what the folder records per corpus (domains.records)
+    tags: dict[str, dict] = field(default_factory=dict)  # {tag: {"token", "id"}} with corpus_tags on
 
     def manifest(self) -> dict[str, Any]:
-        """What the loaded translator's manifest starts from: the output cap, the encoder."""
+        """What the loaded translator's manifest starts from: the output cap, the encoder, the
+        corpora and their tags."""
         entry = {} if self.encoder is None else {"encoder": pretrained.manifest_entry(self.config, self.encoder)}
-        return {"decode_length": self.decode_length, **entry}
+        corpora = [{key: row[key] for key in ("name", "pairs", "weight", "tag")} for row in self.corpora]
+        return {"decode_length": self.decode_length, **entry, "corpora": corpora, **({"tags": self.tags} if self.tags else {})}
+
+    def test_domains(self) -> list[str | None]:
+        """The tag each test pair is translated with (its corpus's; None: neutral)."""
+        return [self.mix.tag_of(pair) if self.mix else None for pair in self.test]
 
 
 @dataclass
@@ -95,11 +109,13 @@ class TranslateRun(skeleton.TrainingRun):
 
     def read(self, config, data, valid, test):
         pretrained.check_encoder_source(config)
-        return (read_pair_data(data, "data"), None if valid is None else read_pair_data(valid, "valid"),
-                None if test is None else read_pair_data(test, "test"))
+        pairs, corpora = read_training_data(data, "data")
+        return (pairs, None if valid is None else read_pair_data(valid, "valid"),
+                None if test is None else read_pair_data(test, "test"), corpora)
 
     def prepare(self, config, data, saved):
-        return prepare(config, *data, saved)
+        pairs, valid, test, corpora = data
+        return prepare(config, pairs, valid, test, saved, corpora)
 
     def check_job(self, prepared: _Prepared, cluster: Cluster) -> None:
         """Also: every process learned the same vocabularies (else the same ids would mean different pieces)."""
@@ -150,7 +166,7 @@ class TranslateRun(skeleton.TrainingRun):
         translator = Translator(fitted.model, prepared.source_vocab, prepared.target_vocab, Path("."),
                                 prepared.manifest(), retrieval=fitted.retrieval)
         scores, fitted.test_pairs, fitted.test_translations = phases.evaluation(
-            translator, prepared.test, prepared.config.beam, self.budget, self.reports)
+            translator, prepared.test, prepared.config.beam, self.budget, self.reports, prepared.test_domains())
         metrics = _metrics(prepared, fitted, scores, budgets.now() - self.started)
         if fitted.retrieval is not None:
             metrics["retrieval"] = {k: v for k, v in fitted.retrieval.manifest_entry().items() if k not in ("keys", "values")}
@@ -182,8 +198,11 @@ def train(
 
     Args:
         config: a :class:`TranslateConfig`, a dict of its settings, or None for the defaults.
-        data: training pairs: a path (``source<TAB>target`` lines, ``.gz`` fine) or a list of
-            ``(source, target)`` tuples or :class:`~kformer.data.pairs.Pair` objects.
+        data: training pairs: a path (``source<TAB>target`` lines, ``.gz`` fine), several
+            corpora (a list of paths, a folder of pair files, or a ``.toml``/``.csv`` manifest
+            giving each corpus's weight and tag; :mod:`kformer.data.corpora`), or a list of
+            ``(source, target)`` tuples or :class:`~kformer.data.pairs.Pair` objects (which may
+            name their ``corpus``).
         out: the model folder to write.
         valid: validation pairs for early stopping (default: ``valid_size`` held out of ``data``).
         test: pairs scored after training (default: ``holdout`` held out of ``data``). With both
@@ -210,10 +229,14 @@ def train(
 
 
 def prepare(config: TranslateConfig, train_pairs: list[Pair], valid_pairs: list[Pair] | None,
-            test_pairs: list[Pair] | None, saved: ResumeState | None) -> _Prepared:
+            test_pairs: list[Pair] | None, saved: ResumeState | None, corpora: list[Corpus] | None = None) -> _Prepared:
     """The splits, the vocabularies (learned, or the interrupted run's), every ``"auto"`` setting
-    and the pairs encoded: the corpus rules, the vocabularies, the rules over the encoded pairs."""
+    and the pairs encoded: the corpus rules, the vocabularies, the rules over the encoded pairs.
+    ``corpora``: those the training pairs name (default: read from the pairs)."""
+    if corpora is None:
+        train_pairs, corpora = read_training_data(train_pairs)
     train, valid, test = split_pairs(config, train_pairs, valid_pairs, test_pairs)
+    mix = domains.corpus_mix(corpora, train, config.corpus_tags)
     started = time.monotonic()
     if saved is None:
         config, auto = RULES.resolve(config, CorpusStats.of(train), phase="corpus")
@@ -223,19 +246,24 @@ def prepare(config: TranslateConfig, train_pairs: list[Pair], valid_pairs: list[
     if pretrained.uses_pretrained(config):  # after the corpus rules: encoder may be auto's choice
         encoder, encoder_vocab = pretrained.load_encoder(config)
     if saved is None:
-        source_vocab, target_vocab = learn_vocabularies(config, train, encoder_vocab)
+        source_vocab, target_vocab = learn_vocabularies(config, train, encoder_vocab, domains.source_symbols(mix))
     else:
         auto = AutoChoices(saved.auto)
         source_vocab, target_vocab = _saved_vocabularies(saved)
+    mix.record_weights(auto)
     vocab_seconds = time.monotonic() - started
-    sources = source_vocab.encode([p.source for p in train])
+    tags = domains.tag_table(source_vocab, mix.tags)
+    sources = domains.encode_sources(source_vocab, train, domains.training_tags(mix, train, tags, config.seed))
     targets = target_vocab.encode([p.target for p in train])
-    config, auto = RULES.resolve(config, EncodedStats.of(sources, targets), auto, phase="encoded")
+    epoch = domains.epoch_rows(mix, train, config.seed)  # the rules size the run by what an epoch trains on
+    config, auto = RULES.resolve(config, EncodedStats.of([sources[i] for i in epoch], [targets[i] for i in epoch]), auto,
+                                 phase="encoded")
     if encoder is not None and config.max_length > pretrained.longest_source(encoder):
         config = replace(config, max_length=pretrained.longest_source(encoder))  # the backbone's position table
-    kept = fitting(sources, targets, config.max_length)
-    valid_ids = fitting(source_vocab.encode([p.source for p in valid]), target_vocab.encode([p.target for p in valid]),
-                        config.max_length)
+    rows = fitting_rows(sources, targets, config.max_length)
+    kept = [sources[i] for i in rows], [targets[i] for i in rows]
+    valid_ids = fitting(domains.encode_sources(source_vocab, valid, domains.held_out_tags(mix, valid, tags)),
+                        target_vocab.encode([p.target for p in valid]), config.max_length)
     if not kept[0] or not valid_ids[0]:
         side = "training" if not kept[0] else "validation"
         raise BadInput(f"no {side} pair fits {{field}} {config.max_length} subwords; raise it", field="max_length")
@@ -244,22 +272,24 @@ def prepare(config: TranslateConfig, train_pairs: list[Pair], valid_pairs: list[
                      valid_pairs=valid, test=test,
                      splits={"train": len(train), "valid": len(valid), "test": len(test)},
                      skipped=len(sources) - len(kept[0]), vocab_seconds=vocab_seconds,
-                     decode_length=decode_length_rule(*kept), encoder=encoder)
+                     decode_length=decode_length_rule(*kept), encoder=encoder, mix=mix, groups=mix.groups(train)[rows],
+                     corpora=domains.records(mix, {"train": train, "valid": valid, "test": test}), tags=tags)
 
 
-def learn_vocabularies(config: TranslateConfig, pairs: list[Pair], source_vocab=None):
+def learn_vocabularies(config: TranslateConfig, pairs: list[Pair], source_vocab=None, symbols: Sequence[str] = ()):
     """``(source, target)`` vocabularies of the training ``pairs`` as ``config`` asks (its
-    vocabulary settings chosen): SentencePiece subwords or whole words, shared or one per side;
-    with a pretrained encoder's ``source_vocab``, the target's alone."""
+    vocabulary settings chosen): SentencePiece subwords or whole words, shared or one per side,
+    the source's keeping each of ``symbols`` (corpus tags) one piece; with a pretrained encoder's
+    ``source_vocab``, the target's alone (tags then take its ``[unusedN]`` tokens)."""
     if source_vocab is not None:
         return source_vocab, pretrained.learn_target_vocabulary(config, pairs)
     from kformer.text.subword import learn_vocabularies as learn_subwords
     from kformer.text.word_vocab import learn_word_vocabularies
 
-    sides = [p.source for p in pairs], [p.target for p in pairs]
+    sources, targets = [p.source for p in pairs], [p.target for p in pairs]
     if config.tokens == "words":
-        return learn_word_vocabularies(*sides, config.shared_vocab)
-    return learn_subwords(*sides, config.vocab_size, config.shared_vocab, config.target_vocab_size)
+        return learn_word_vocabularies([*sources, *symbols], targets, config.shared_vocab)
+    return learn_subwords(sources, targets, config.vocab_size, config.shared_vocab, config.target_vocab_size, symbols)
 
 
 def _saved_vocabularies(saved: ResumeState):
@@ -311,7 +341,7 @@ def _fit(prepared: _Prepared, state_dir: Path, resume: bool, progress: Progress 
         states = pretrained.cached_states(model, prepared.train[0]), pretrained.cached_states(model, prepared.valid[0])
     lengths = pair_lengths(*prepared.train)
     levels = tuple(curriculum_levels(lengths, config.curriculum_levels)) if config.curriculum else None
-    plan = batch_plan(config, lengths, shuffle=True, levels=levels)
+    plan = batch_plan(config, lengths, shuffle=True, levels=levels, groups=prepared.groups, weights=prepared.mix.weights)
     total_steps = config.epochs * plan.steps
     warmup = min(config.warmup_steps, total_steps // 4 or 1)
     # constant rate in the optimizer; the callback warms up, then decays over the steps or the
@@ -362,6 +392,7 @@ def _metrics(prepared: _Prepared, fitted: _Fitted, scores: dict, seconds: float)
         "vocab": {"shared": prepared.source_vocab is prepared.target_vocab,
                   "source_size": prepared.source_vocab.vocab_size, "target_size": prepared.target_vocab.vocab_size},
         "parameters": int(fitted.model.count_params()),
+        "corpora": prepared.corpora,
     }
     if result.initial_epoch:
         metrics["resumed_from_epoch"] = result.initial_epoch
