@@ -4,8 +4,11 @@ The task API reports :class:`~kformer.training.ProgressEvent` objects; :func:`pr
 turns them into output. In a terminal a tqdm bar runs over the whole run (steps or time budget)
 with the latest loss and accuracy, and each epoch's metrics are written above it. When the
 output is a file or a pipe, nothing is redrawn: one line per epoch (at most about one per 10 %
-of the run), so ``kformer train ... > log`` stays readable. ``log_format="json"`` prints one JSON
-object per epoch instead, for machines. (Every run also keeps ``training/train.log``.)
+of the run), so ``kformer train ... > log`` stays readable. A phase after training (``"phase"``
+events: a translator's datastore, retrieval tuning, test decoding) gets a bar of its own in a
+terminal, else a line at its start, every tenth and its end. ``log_format="json"`` prints one JSON
+object per epoch (and per phase's end) instead, for machines. (Every run also keeps
+``training/train.log``.)
 """
 
 from __future__ import annotations
@@ -46,16 +49,21 @@ class _Json:
         self.stream = stream
 
     def __call__(self, event) -> None:
-        if event.stage in ("settings", "epoch", "done"):
+        if event.stage in ("settings", "epoch", "done", "phase_end"):
             print(json.dumps(event.to_json()), file=self.stream, flush=True)
 
 
 class _Lines:
     def __init__(self, stream: TextIO):
-        self.stream, self.last_fraction = stream, -1.0
+        self.stream, self.last_fraction, self.phases = stream, -1.0, {}
 
     def __call__(self, event) -> None:
-        if event.stage == "settings":
+        from kformer.training.progress import PHASE_STAGES, phase_line_due
+
+        if event.stage in PHASE_STAGES:
+            if phase_line_due(event, self.phases):
+                print(event.line(), file=self.stream, flush=True)
+        elif event.stage == "settings":
             print(event.line(), file=self.stream, flush=True)
         elif event.stage == "compiling":
             print("training started (the first step compiles the model)", file=self.stream, flush=True)
@@ -76,6 +84,9 @@ class _Bar:
         if event.stage == "settings":  # before the bar starts
             print(event.line(), file=self.stream, flush=True)
             return
+        if event.stage in ("phase", "phase_end"):
+            self._phase(event)
+            return
         if self.bar is None:
             self.bar = tqdm(total=self.TOTAL, desc="compiling", file=self.stream, dynamic_ncols=True,
                             bar_format="{desc} {percentage:3.0f}%|{bar}| {elapsed}<{remaining} {postfix}")
@@ -90,3 +101,25 @@ class _Bar:
         if event.stage == "done":
             self.bar.close()
             self.bar = None
+
+    def _phase(self, event) -> None:
+        """A phase after training: a bar of its own, named after it, closed with its line."""
+        from tqdm.auto import tqdm
+
+        if self.bar is not None and (self.bar.desc != event.message or not event.total_steps):
+            self.bar.close()
+            self.bar = None
+        if not event.total_steps:  # a note: a phase skipped, and why
+            print(event.line(), file=self.stream, flush=True)
+            return
+        if self.bar is None:
+            self.bar = tqdm(total=self.TOTAL, desc=event.message, file=self.stream, dynamic_ncols=True,
+                            bar_format="{desc}{postfix} {percentage:3.0f}%|{bar}|")
+        left = "" if event.seconds_left is None else f"~{event.seconds_left:.0f} s left"
+        self.bar.set_postfix_str(f"{event.step:,}/{event.total_steps or 0:,} {left}", refresh=False)
+        self.bar.n = round(event.fraction * self.TOTAL)
+        self.bar.refresh()
+        if event.stage == "phase_end":
+            self.bar.close()
+            self.bar = None
+            print(event.line(), file=self.stream, flush=True)

@@ -157,11 +157,17 @@ def train_command(args: argparse.Namespace) -> int:
         return 0
     metrics, test = result.metrics, result.metrics["test"]
     budget = " (stopped by --max-minutes)" if metrics["stopped_by_time_budget"] else ""
+    scored = (f"{test['n']} of {test['held_out']} pairs (--max-minutes left no time for the rest)"
+              if test.get("cut_by_budget") else f"{test['n']} pairs")
     print(
         f"test BLEU {test['bleu']:.2f}, chrF {test['chrf']:.2f}, exact match {test['exact_match']:.3f}, "
-        f"repetition {test['repetition']:.1%} on {test['n']} pairs; trained {metrics['train_seconds']:.0f} s{budget}; "
+        f"repetition {test['repetition']:.1%} on {scored}; trained {metrics['train_seconds']:.0f} s{budget}; "
         f"model written to {out}"
     )
+    cuts = [f"{phase['name']}: {phase['cut']}" for phase in metrics.get("phases", [])
+            if phase.get("cut") and phase["name"] in ("datastore", "tuning")]
+    if cuts:
+        print(f"cut to fit --max-minutes: {'; '.join(cuts)} (metrics.json \"phases\")")
     return 0
 
 

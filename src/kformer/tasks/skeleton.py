@@ -125,7 +125,7 @@ def train(run: TrainingRun, config=None, data=None, out: str | os.PathLike | Non
     prepared = run.prepare(config, data, saved)
     if cluster is not None:
         run.check_job(prepared, cluster)
-    _report_settings(progress, prepared.settings_line)
+    report_settings(progress, prepared.settings_line)
     with training_folder(out, resume) as state_dir:  # refuses a foreign or busy folder; cleans up on failure
         if not resume:
             ResumeState.of(prepared.config, prepared.auto.to_json(), **run.state(prepared, state_dir)).write(state_dir)
@@ -193,7 +193,7 @@ def _log_restart(state_dir: Path) -> list[dict]:
     return [dict(restart) for restart in job.restarts]
 
 
-def _report_settings(progress: Progress | None, line: str | None) -> None:
+def report_settings(progress: Progress | None, line: str | None) -> None:
     """A ``"settings"`` progress event carrying ``line`` (what auto chose), before training."""
     if progress is not None and line:
         from kformer.training import ProgressEvent

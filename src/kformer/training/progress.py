@@ -23,7 +23,9 @@ class ProgressEvent:
     ``auto`` settings), ``"compiling"`` (the first batch, which traces/compiles the step),
     ``"training"`` (a batch ended), ``"epoch"`` (an epoch ended; ``logs`` has its training and
     validation metrics) or ``"done"``. ``fraction`` is the share of the run done: of the steps, or
-    of the time budget when that ends first.
+    of the time budget when that ends first. A phase after training (a translator's datastore, its
+    retrieval tuning, the test decoding: :class:`PhaseReporter`) sends ``"phase"`` events
+    (``message`` its name, ``step`` of ``total_steps`` items done) and one ``"phase_end"``.
     """
 
     stage: str
@@ -42,12 +44,25 @@ class ProgressEvent:
         (a ``"settings"`` event: its ``message``)."""
         if self.stage == "settings":
             return self.message
+        if self.stage in PHASE_STAGES:
+            return self._phase_line()
         parts = [f"epoch {self.epoch}" + (f"/{self.epochs}" if self.epochs and self.epochs < 10**6 else "")]
         parts += [f"{name} {value:.4f}" for name, value in self.logs.items() if name != "learning_rate"]
         parts.append(f"{self.seconds:.0f} s")
         if self.seconds_left is not None and self.stage != "done":
             parts.append(f"~{self.seconds_left:.0f} s left")
         return "  ".join(parts)
+
+    def _phase_line(self) -> str:
+        """``datastore 120/400  12 s  ~28 s left`` (the end: ``datastore 400/400 in 40 s``; a
+        phase of no items: its ``message`` alone)."""
+        if not self.total_steps:  # a note: a phase skipped, and why
+            return self.message
+        count = f"{self.message} {self.step:,}/{self.total_steps:,}"
+        if self.stage == "phase_end":
+            return f"{count} in {self.seconds:.0f} s"
+        left = "" if self.seconds_left is None else f"  ~{self.seconds_left:.0f} s left"
+        return f"{count}  {self.seconds:.0f} s{left}"
 
     def to_json(self) -> dict[str, Any]:
         """The event as a JSON-ready dict (``--log-format json``)."""
@@ -59,6 +74,24 @@ class ProgressEvent:
 Progress = Callable[[ProgressEvent], None]
 TRAIN_LOG = "train.log"
 HISTORY_NAME = "history.csv"
+PHASE_STAGES = ("phase", "phase_end")
+PHASE_LINE_SHARE = 0.1  # a log writes a phase's line each time another tenth of it is done (and at its end)
+
+
+def phase_line_due(event: ProgressEvent, last: dict[str, float]) -> bool:
+    """Whether a log should write ``event`` (a phase's): its start, each further
+    :data:`PHASE_LINE_SHARE` of it, its end. ``last`` holds the fraction last written per phase."""
+    if event.stage == "phase_end":
+        last.pop(event.message, None)
+        return True
+    before = last.get(event.message)
+    if event.fraction >= 1.0 and before is not None:  # its end says it
+        return False
+    if before is None or event.fraction - before >= PHASE_LINE_SHARE - 1e-9:
+        last[event.message] = event.fraction
+        return True
+    return False
+
 
 def read_history(path: str | os.PathLike) -> dict[str, list[float]]:
     """``{metric: [value per epoch]}`` from the ``history.csv`` that :func:`fit` writes ({} if none)."""
@@ -75,10 +108,16 @@ def read_history(path: str | os.PathLike) -> dict[str, list[float]]:
     return history
 
 def log_to_file(path: Path) -> Progress:
-    """A progress function appending one line per epoch (and the start and end) to ``path``."""
+    """A progress function appending one line per epoch (and the start and end) to ``path``, and a
+    phase's lines at its start, every tenth of it and its end (:func:`phase_line_due`)."""
+
+    phases: dict[str, float] = {}
 
     def write(event: ProgressEvent) -> None:
-        if event.stage in ("epoch", "done", "compiling"):
+        if event.stage in PHASE_STAGES:
+            if phase_line_due(event, phases):
+                append_log(path, event.line())
+        elif event.stage in ("epoch", "done", "compiling"):
             text = {"compiling": "training started", "done": f"training ended after {event.seconds:.0f} s"}
             append_log(path, text.get(event.stage) or event.line())
 
@@ -136,3 +175,54 @@ class ProgressReporter(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         self.progress(self._event("done", logs))
+
+
+def fan_out(*reports: Progress | None) -> Progress:
+    """One progress function calling each of ``reports`` (Nones skipped)."""
+    kept = [report for report in reports if report is not None]
+
+    def report(event: ProgressEvent) -> None:
+        for each in kept:
+            each(event)
+
+    return report
+
+
+class PhaseReporter:
+    """Progress of one phase that is not ``model.fit`` (a datastore built, a tuning grid decoded):
+    :meth:`advance` by the items done sends a ``"phase"`` event at most every ``every_seconds``
+    (and the first at once), :meth:`close` the ``"phase_end"``. Time left is by the rate so far,
+    never beyond ``deadline`` (a ``clock()`` time) when one is given."""
+
+    def __init__(self, progress: Progress | None, name: str, total: int, *, deadline: float | None = None,
+                 every_seconds: float = 0.5, clock: Callable[[], float] = time.monotonic):
+        self.progress, self.name, self.total = progress, name, max(int(total), 0)
+        self.deadline, self.every_seconds, self.clock = deadline, every_seconds, clock
+        self.done, self.start = 0, clock()
+        self.last: float | None = None
+        self._send("phase")
+
+    def _event(self, stage: str) -> ProgressEvent:
+        seconds = self.clock() - self.start
+        fraction = 1.0 if stage == "phase_end" else min(self.done / self.total, 1.0) if self.total else 0.0
+        left = seconds * (1 - fraction) / fraction if 0 < fraction else None
+        if self.deadline is not None:
+            until = max(self.deadline - self.clock(), 0.0)
+            left = until if left is None else min(left, until)
+        return ProgressEvent(stage, fraction, self.done, self.total or None, seconds=seconds, seconds_left=left,
+                             message=self.name)
+
+    def _send(self, stage: str) -> None:
+        if self.progress is not None:
+            self.progress(self._event(stage))
+        self.last = self.clock()
+
+    def advance(self, items: int = 1) -> None:
+        """``items`` more done."""
+        self.done += int(items)
+        if self.last is None or self.clock() - self.last >= self.every_seconds:
+            self._send("phase")
+
+    def close(self) -> None:
+        """The phase ended (after all its items or fewer)."""
+        self._send("phase_end")

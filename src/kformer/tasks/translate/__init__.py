@@ -21,7 +21,9 @@ settings become) and :mod:`.stats` (what its rules read), :mod:`.pairs` (reading
 pairs), :mod:`.batches` (training batches), :mod:`.model` (the loaded :class:`Translator` and the
 folder format), :mod:`.train` (the training run), :mod:`.retrieval` (kNN-MT: the datastore in the
 folder and the choice of its weights), :mod:`.domains` (several corpora: their sampling weights and
-domain tags; reading them is :mod:`kformer.data.corpora`).
+domain tags; reading them is :mod:`kformer.data.corpora`), :mod:`.budget` (``max_minutes`` over the
+whole command: training's share, each later phase's estimate and cut) and :mod:`.phases` (the phases
+after training, sized to the time left, with their progress).
 """
 
 from kformer.tasks.translate.domains import domain_names

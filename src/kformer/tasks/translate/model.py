@@ -359,17 +359,22 @@ class Translator(TaskModel):
         ``decode_seconds`` of the translations of ``pairs`` (decoded as :meth:`translate`), and
         ``retrieval`` (whether the datastore was used); also the translations. ``domain`` as
         :meth:`translate`'s (training scores each held-out pair with its corpus's tag)."""
-        from kformer.metrics import repetition_share, translation_scores
-
         start = time.monotonic()
         hypotheses = self.translate([p.source for p in pairs], beam=beam, batch_size=batch_size, max_repeat=max_repeat,
                                     retrieval=retrieval, domain=domain)
-        seconds = time.monotonic() - start
+        return self.scores_of(pairs, hypotheses, beam=beam, max_repeat=max_repeat, retrieval=retrieval,
+                              seconds=time.monotonic() - start), hypotheses
+
+    def scores_of(self, pairs: Sequence[Pair], hypotheses: Sequence[str], *, beam: int, max_repeat: int,
+                  retrieval: bool, seconds: float) -> dict:
+        """What :meth:`score` reports of ``hypotheses``, the translations of ``pairs`` decoded so."""
+        from kformer.metrics import repetition_share, translation_scores
+
         scores = translation_scores(hypotheses, [p.target for p in pairs])
-        scores["repetition"] = repetition_share(hypotheses, self.target_vocab.encode(hypotheses))
+        scores["repetition"] = repetition_share(hypotheses, self.target_vocab.encode(list(hypotheses)))
         scores.update(beam=beam, max_repeat=max_repeat, decode_seconds=round(seconds, 2),
                       retrieval=bool(retrieval and self.retrieval is not None))
-        return scores, hypotheses
+        return scores
 
     def evaluate(self, data: PairData, *, beam: int = 1, batch_size: int = 64, out: str | os.PathLike | None = None,
                  limit: int | None = None, max_repeat: int = MAX_REPEAT, retrieval: bool = True,

@@ -42,6 +42,8 @@ IVF_FROM = 50_000
 LAMBDAS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)  # 0.6 was chosen on a weak 3-minute model: room above it
 TEMPERATURE_SCALES = (0.1, 1.0, 10.0)
 KS = (8, 16)
+# The grid when time is short (budget.tune_size): three lambdas at the middle temperature and the smallest k.
+COARSE_LAMBDAS, COARSE_TEMPERATURE_SCALES, COARSE_KS = (0.2, 0.4, 0.6), (1.0,), (8,)
 TUNE_PAIRS = 150  # validation pairs tuning decodes, at most
 
 
@@ -146,10 +148,10 @@ def check_search_request(search, nprobe) -> None:
 
 
 def datastore_entries(model, sources: Sequence[list[int]], targets: Sequence[list[int]],
-                      batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
+                      batch_size: int = 64, on_batch: Callable[[int], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Teacher-force ``model`` over the encoded pairs: ``(keys (entries, dim) float16, values
     (entries,) int32)``, one entry per token of each ``target + [END]`` (the decoder reads
-    ``[START] + target``), pairs in length order within batches."""
+    ``[START] + target``), pairs in length order within batches; ``on_batch(pairs)`` after each."""
     from kformer.data.batching import pad_batch
     from kformer.text.specials import END_ID, START_ID
 
@@ -164,28 +166,33 @@ def datastore_entries(model, sources: Sequence[list[int]], targets: Sequence[lis
         real = target_out != 0
         keys.append(states[real].astype("float16"))
         values.append(target_out[real].astype("int32"))
+        if on_batch is not None:
+            on_batch(len(rows))
     return np.concatenate(keys), np.concatenate(values)
 
 
-def fitting_entries(model, sources: Sequence[list[int]], targets: Sequence[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+def fitting_entries(model, sources: Sequence[list[int]], targets: Sequence[list[int]],
+                    on_batch: Callable[[int], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """:func:`datastore_entries` of the pairs that fit the model's longest source and ``target +
-    [END]`` (as training skipped the others); BadInput when none does."""
+    [END]`` (as training skipped the others); BadInput when none does. ``on_batch`` as
+    :func:`datastore_entries`."""
     kept = [i for i, t in enumerate(targets) if len(t) + 1 <= model.max_target_length
             and len(sources[i]) <= model.max_source_length]
     if not kept:
         raise BadInput("no training pair fits the model's longest source and target; nothing to remember",
                        field="data")
-    return datastore_entries(model, [sources[i] for i in kept], [targets[i] for i in kept])
+    return datastore_entries(model, [sources[i] for i in kept], [targets[i] for i in kept], on_batch=on_batch)
 
 
 def build_datastore(model, sources: Sequence[list[int]], targets: Sequence[list[int]], search: str = "auto",
-                    nprobe: int | None = None) -> Datastore:
+                    nprobe: int | None = None, on_batch: Callable[[int], None] | None = None) -> Datastore:
     """A :class:`Datastore` over encoded training pairs for ``model`` (pairs whose ``target + [END]``
     is longer than the model's longest target are skipped, as training skipped them), with untuned
-    weights (:func:`tune` chooses them), searched as :func:`with_search` makes it."""
+    weights (:func:`tune` chooses them), searched as :func:`with_search` makes it; ``on_batch`` as
+    :func:`datastore_entries`."""
     from kformer.models.retrieval import typical_distance
 
-    keys, values = fitting_entries(model, sources, targets)
+    keys, values = fitting_entries(model, sources, targets, on_batch)
     k = min(KS[0], len(values))
     scale = typical_distance(keys, k)
     return with_search(Datastore(keys, values, k=k, temperature=scale, lam=0.3, scale=scale), search, nprobe)
@@ -241,26 +248,44 @@ def recorded_pairs(folder: Path, metrics: dict, data=None, valid=None, test=None
 # --- choosing the weights on the validation pairs ----------------------------------------------------
 
 
-def grid(datastore: Datastore) -> dict[str, list]:
-    """The values tuning tries: ``lam``, ``temperature`` (multiples of the scale) and ``k``."""
-    ks = [k for k in KS if k <= datastore.entries] or [datastore.entries]
-    return {"lam": list(LAMBDAS), "temperature": [round(s * datastore.scale, 6) for s in TEMPERATURE_SCALES],
-            "k": ks}
+def grid(datastore: Datastore | None, coarse: bool = False) -> dict[str, list]:
+    """The values tuning tries: ``lam``, ``temperature`` (multiples of the scale) and ``k`` (the
+    ``coarse`` grid: fewer). ``datastore`` None: the grid's shape alone (scale 1, every k)."""
+    lams, scales, ks = (COARSE_LAMBDAS, COARSE_TEMPERATURE_SCALES, COARSE_KS) if coarse else (
+        LAMBDAS, TEMPERATURE_SCALES, KS)
+    scale, entries = (1.0, max(ks)) if datastore is None else (datastore.scale, datastore.entries)
+    return {"lam": list(lams), "temperature": [round(s * scale, 6) for s in scales],
+            "k": [k for k in ks if k <= entries] or [entries]}
 
 
-def tune(datastore: Datastore, score: Callable[[Datastore | None], float], progress=None) -> Datastore:
+def most_settings(values: dict[str, list]) -> int:
+    """The most decodes of the validation pairs :func:`tune` makes over the grid ``values``: every
+    lambda, the other temperatures and ks, lambda again when either could move, and one without."""
+    others = len(values["temperature"]) - 1 + len(values["k"]) - 1
+    return len(values["lam"]) + others + (len(values["lam"]) - 1 if others else 0) + 1
+
+
+def tune(datastore: Datastore, score: Callable[[Datastore | None], float], progress=None, coarse: bool = False,
+         stop: Callable[[], bool] | None = None) -> Datastore:
     """The datastore with the weights of :func:`grid` that score best, by coordinate ascent: every
     ``lam`` (at the middle temperature and the smallest ``k``), then every temperature, then every
     ``k``, then ``lam`` again if either moved. ``score(datastore)`` is the greedy chrF of the
     validation pairs decoded with it (``score(None)``: without retrieval); ties keep the earlier
-    value. ``tuning`` records every score, the one without, and the seconds it took."""
+    value. ``stop()`` True before a setting not yet scored ends the search there (the time left:
+    the best so far is kept, and ``tuning["stopped_after"]`` says how many were scored). ``tuning``
+    records every score, the one without (when there was time), and the seconds it took."""
     started = time.monotonic()
-    values = grid(datastore)
+    values = grid(datastore, coarse)
     scores: dict[tuple, float] = {}
+
+    class _Stopped(Exception):
+        pass
 
     def measured(settings: dict) -> float:
         key = (settings["lam"], settings["temperature"], settings["k"])
         if key not in scores:
+            if stop is not None and scores and stop():
+                raise _Stopped
             scores[key] = float(score(datastore.with_settings(**settings)))
             if progress is not None:
                 progress(f"retrieval: lambda {key[0]}, temperature {key[1]:.4g}, k {key[2]}: chrF {scores[key]:.2f}")
@@ -268,27 +293,40 @@ def tune(datastore: Datastore, score: Callable[[Datastore | None], float], progr
 
     best = {"lam": values["lam"][len(values["lam"]) // 2], "temperature": values["temperature"][1 % len(
         values["temperature"])], "k": values["k"][0]}
-    for name in ("lam", "temperature", "k", "lam"):
-        best[name] = max(values[name], key=lambda v, name=name: (measured({**best, name: v}), -values[name].index(v)))
-    without = float(score(None))
-    tuning = {"chrf_with": measured(best), "chrf_without": without, "grid": values, "search": "coordinate ascent",
+    stopped = False
+    try:
+        for name in ("lam", "temperature", "k", "lam"):
+            best[name] = max(values[name], key=lambda v, name=name: (measured({**best, name: v}),
+                                                                     -values[name].index(v)))
+    except _Stopped:
+        stopped = True
+        lam, temperature, k = max(scores, key=lambda key: (scores[key], -list(scores).index(key)))
+        best = {"lam": lam, "temperature": temperature, "k": k}
+    without = {} if stop is not None and stop() else {"chrf_without": float(score(None))}
+    tuning = {"chrf_with": scores[(best["lam"], best["temperature"], best["k"])], **without, "grid": values,
+              "search": "coordinate ascent",
               "scores": [{"lambda": lam, "temperature": t, "k": k, "chrf": s} for (lam, t, k), s in scores.items()],
-              "seconds": round(time.monotonic() - started, 2)}
+              **({"stopped_after": len(scores)} if stopped else {}), "seconds": round(time.monotonic() - started, 2)}
     return replace(datastore.with_settings(**best), tuning=tuning)
 
 
 def tune_on_pairs(translator, datastore: Datastore, valid_pairs, limit: int = TUNE_PAIRS,
-                  progress=None) -> Datastore:
+                  progress=None, coarse: bool = False, stop: Callable[[], bool] | None = None,
+                  on_score: Callable[[int], None] | None = None) -> Datastore:
     """:func:`tune` by greedy chrF of the first ``limit`` validation pairs (only those: the caller
-    passes the validation split, never the test pairs); records ``valid_pairs`` in the tuning."""
+    passes the validation split, never the test pairs); records ``valid_pairs`` in the tuning.
+    ``coarse`` and ``stop`` as :func:`tune`; ``on_score(pairs)`` after each decode of them."""
     pairs = list(valid_pairs)[:limit]
     if not pairs:
         raise BadInput("{field} holds no pairs to choose the retrieval weights on", field="valid")
 
     def score(store: Datastore | None) -> float:
-        return translator.with_retrieval(store).score(pairs, beam=1)[0]["chrf"]
+        chrf = translator.with_retrieval(store).score(pairs, beam=1)[0]["chrf"]
+        if on_score is not None:
+            on_score(len(pairs))
+        return chrf
 
-    tuned = tune(datastore, score, progress)
+    tuned = tune(datastore, score, progress, coarse, stop)
     return replace(tuned, tuning={**tuned.tuning, "valid_pairs": len(pairs)})
 
 

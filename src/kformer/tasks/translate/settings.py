@@ -86,8 +86,10 @@ class TranslateConfig(TaskSettings):
         AUTO, "training", "on: after training, store the decoder state at every target token of the training pairs in "
         "the folder and decode with its nearest neighbours mixed in (kNN-MT), its weights chosen by greedy chrF on up "
         "to 150 validation pairs")
-    max_minutes: float | None = setting(None, "training", "stop training after this many minutes, keeping the best "
-                                        "weights (with resume: minutes of training in all)")
+    max_minutes: float | None = setting(
+        None, "training", "minutes for the whole command: training gets what the estimates of the datastore, retrieval "
+        "tuning, test decoding and writing leave (at least half), keeping its best weights, and each of those "
+        "phases is cut to the time left (with resume: training's share counts the earlier runs' training)")
     jit_compile: bool | Auto = setting(AUTO, "training", "XLA-compile the training step (validation runs as a plain "
                                        "graph either way)")
     precision: Literal["float32", "mixed_bfloat16"] = setting(

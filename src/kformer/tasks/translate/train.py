@@ -20,7 +20,8 @@ from kformer.config import to_dict
 from kformer.errors import BadInput, CorruptModel
 from kformer.tasks import skeleton
 from kformer.tasks.state import STATE_FILE, ResumeState
-from kformer.tasks.translate import domains, pretrained
+from kformer.tasks.translate import budget as budgets
+from kformer.tasks.translate import domains, phases, pretrained
 from kformer.tasks.translate.auto import RULES, decode_length_rule, describe
 from kformer.tasks.translate.batches import (
     EncodedPairs,
@@ -91,6 +92,7 @@ class _Fitted:
     steps: int  # optimizer steps of every run so far
     batches_per_epoch: int
     test_translations: list[str] = field(default_factory=list)  # filled by evaluate, written with the folder
+    test_pairs: list[Pair] = field(default_factory=list)  # the test pairs those translate (what the budget allowed)
     retrieval: Any = None  # the kNN-MT datastore (retrieval "on"), built by assemble
 
 
@@ -101,7 +103,9 @@ class TranslateRun(skeleton.TrainingRun):
     config_class = TranslateConfig
 
     def __init__(self):
-        self.started = time.monotonic()  # train_seconds: the whole run, from reading to scoring
+        self.started = budgets.now()  # train_seconds: the whole run, from reading to scoring
+        self.budget = budgets.CommandBudget(None)  # max_minutes's deadline, set by fit
+        self.reports = None  # the progress function and train.log, for the phases after training
 
     def read(self, config, data, valid, test):
         pretrained.check_encoder_source(config)
@@ -125,34 +129,57 @@ class TranslateRun(skeleton.TrainingRun):
         return {"vocab": save_vocabs(state_dir, prepared.source_vocab, prepared.target_vocab)}
 
     def fit(self, prepared, state_dir: Path, resume: bool, progress, cluster):
-        return _fit(prepared, state_dir, resume, progress, cluster)
+        """Train for what ``max_minutes`` leaves after the later phases' estimates (:mod:`.budget`)."""
+        from kformer.training.progress import TRAIN_LOG, append_log, fan_out, log_to_file
+
+        config, log = prepared.config, state_dir / TRAIN_LOG
+        self.reports = fan_out(progress, log_to_file(log))
+        self.budget = budgets.CommandBudget.start(config.max_minutes, self.started)
+        sizes = phases.sizes(config, prepared.train, prepared.valid_pairs, prepared.test)
+        self.budget.estimates, self.budget.floors = budgets.estimate_phases(sizes), budgets.phase_floors(sizes)
+        train_minutes, started = None, budgets.now()
+        if config.max_minutes is not None:
+            seconds = budgets.training_seconds(config.max_minutes * 60, started - self.started, self.budget.estimates)
+            train_minutes, line = seconds / 60, budgets.budget_line(config.max_minutes, seconds, self.budget.estimates)
+            skeleton.report_settings(progress, line)
+            append_log(log, line)
+        fitted = _fit(prepared, state_dir, resume, progress, cluster, train_minutes)
+        self.budget.record("training", started, None if train_minutes is None else train_minutes * 60,
+                           "stopped by its time budget" if fitted.result.stopped_by_budget else None)
+        return fitted
 
     def assemble(self, prepared: _Prepared, fitted: _Fitted) -> _Fitted:
         """With ``retrieval`` on: the datastore of the training pairs, its weights chosen on the
-        validation pairs (:mod:`.retrieval`; the test pairs are not seen)."""
+        validation pairs (:mod:`.retrieval`; the test pairs are not seen), each sized to the time
+        left (:mod:`.phases`)."""
         if prepared.config.retrieval == "on":
-            from kformer.tasks.translate.retrieval import datastore_for
-
             translator = Translator(fitted.model, prepared.source_vocab, prepared.target_vocab, Path("."),
                                     prepared.manifest())
-            fitted.retrieval = datastore_for(translator, *prepared.train, prepared.valid_pairs)
+            store = phases.datastore(translator, prepared.train, self.budget, self.reports)
+            if store is not None:
+                store = phases.tuning(translator, store, prepared.valid_pairs, self.budget, self.reports)
+            fitted.retrieval = store
         return fitted
 
     def evaluate(self, prepared: _Prepared, fitted: _Fitted) -> dict[str, Any]:
+        """The test pairs scored (those that fit the time left), the run's metrics, its phases."""
         translator = Translator(fitted.model, prepared.source_vocab, prepared.target_vocab, Path("."),
                                 prepared.manifest(), retrieval=fitted.retrieval)
-        scores, fitted.test_translations = translator.score(prepared.test, beam=prepared.config.beam,
-                                                            domain=prepared.test_domains())
-        metrics = _metrics(prepared, fitted, scores, time.monotonic() - self.started)
+        scores, fitted.test_pairs, fitted.test_translations = phases.evaluation(
+            translator, prepared.test, prepared.config.beam, self.budget, self.reports, prepared.test_domains())
+        metrics = _metrics(prepared, fitted, scores, budgets.now() - self.started)
         if fitted.retrieval is not None:
             metrics["retrieval"] = {k: v for k, v in fitted.retrieval.manifest_entry().items() if k not in ("keys", "values")}
+        writing = self.budget.estimates.get("writing")  # its seconds are not known when metrics.json is written
+        metrics["phases"] = [*self.budget.phases, {"name": "writing", "estimated_seconds": writing and round(writing, 1),
+                                                   "seconds": None, "cut": None}]
         return metrics
 
     def write(self, out: Path, prepared: _Prepared, fitted: _Fitted, metrics: dict[str, Any]) -> None:
         translator = Translator(fitted.model, prepared.source_vocab, prepared.target_vocab, out,
                                 prepared.manifest(), retrieval=fitted.retrieval)
         save(translator, out, to_dict(prepared.config), metrics,
-             extra_files={TEST_TRANSLATIONS_FILE: translation_rows(prepared.test, fitted.test_translations)})
+             extra_files={TEST_TRANSLATIONS_FILE: translation_rows(fitted.test_pairs, fitted.test_translations)})
 
 
 def train(
@@ -292,9 +319,10 @@ def build_model(config: TranslateConfig, source_vocab, target_vocab, encoder=Non
 
 
 def _fit(prepared: _Prepared, state_dir: Path, resume: bool, progress: Progress | None,
-         cluster: Cluster | None = None) -> _Fitted:
-    """Build, compile and train. With a ``cluster`` (inside its scope) each process feeds its
-    rows of the global batches."""
+         cluster: Cluster | None = None, max_minutes: float | None = None) -> _Fitted:
+    """Build, compile and train for at most ``max_minutes`` (training's share of the budget; with
+    resume, of training in all). With a ``cluster`` (inside its scope) each process feeds its rows
+    of the global batches."""
     import keras
 
     from kformer import parallel, training
@@ -325,7 +353,7 @@ def _fit(prepared: _Prepared, state_dir: Path, resume: bool, progress: Progress 
     # compile each (JAX's steps are always compiled: op by op would be far slower)
     plain_validation = config.jit_compile and keras.backend.backend() == "tensorflow"
     extra_callbacks = [graph_validation()] if plain_validation else []
-    budget = None if config.max_minutes is None else config.max_minutes * 60.0
+    budget = None if max_minutes is None else max_minutes * 60.0
     schedule = training.budget_schedule(config.learning_rate, warmup, total_steps, budget)
     done = training.last_checkpoint(state_dir) if resume else None
     first_epoch = 0 if done is None else done[1]
@@ -338,7 +366,7 @@ def _fit(prepared: _Prepared, state_dir: Path, resume: bool, progress: Progress 
         dataset(prepared.train, plan, limits=limits, first_epoch=first_epoch, states=states[0]),
         dataset(prepared.valid, valid_plan, limits=limits, states=states[1]),
         training.FitPlan(epochs=config.epochs, out_dir=state_dir, patience=config.patience,
-                         max_minutes=config.max_minutes, monitor=f"val_{config.early_stopping}", resume=resume),
+                         max_minutes=max_minutes, monitor=f"val_{config.early_stopping}", resume=resume),
         callbacks=[schedule, *extra_callbacks], progress=progress,
     )
     return _Fitted(model, result, schedule.steps, plan.steps)

@@ -1,0 +1,185 @@
+"""The time budget of a whole ``kformer train translate`` command: ``max_minutes`` bounds
+everything from reading the pairs to writing the folder, not training alone.
+
+When the run starts, :class:`CommandBudget` sets the deadline (the start + ``max_minutes``).
+Before training, :func:`estimate_phases` sizes each phase after it from what the run knows (the
+training target tokens, the validation pairs tuning decodes, the size of the tuning grid, the test
+pairs, the beam) at the per-item costs of :data:`COSTS`; training gets what is left after those
+estimates and a margin (:func:`training_seconds`, at least :data:`MIN_TRAINING_SHARE` of the
+budget). Each later phase is then sized to what is actually left when it starts, leaving the
+later phases their estimates, or, when the time left is short of them all, their floors
+(:func:`phase_floors`: the smallest useful size of each) (:meth:`CommandBudget.left_for`), so the
+earlier phase comes first: the datastore covers the training
+pairs that fit, tuning decodes fewer validation pairs (down to :data:`TUNE_FLOOR_PAIRS`), then a
+coarser grid, then nothing (the default weights) (:func:`tune_size`), and the test decoding
+scores the pairs that fit (:func:`pairs_that_fit`). ``metrics.json["phases"]`` records each
+phase's estimate, its seconds and what was cut.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+
+PHASES = ("training", "datastore", "tuning", "evaluation", "writing")  # in the order they run
+
+
+@dataclass(frozen=True)
+class PhaseCosts:
+    """Seconds per item of the phases after training, on a 2-core CPU, before the run measures its own.
+
+    Where they come from: issue 32's en-ta run (17,000 pairs, MiniLM encoder, a 2-core AVX2 CPU)
+    built its datastore and then tuned for more than 22 minutes without finishing the grid's 19
+    settings of 150 greedy decodes: at least ~0.45 s a validation pair with retrieval, so
+    ``decode_pair`` 0.5 (beam search costs ``beam`` times as much). A teacher-forced pass is about a
+    third of a training step, and the base model trains ~1,600 target tokens a second (auto.SIZES):
+    ``datastore_token`` at 2,000 tokens a second leaves room for the encoder's pass. Writing: the
+    model and ~1 KB of keys per datastore entry, at a disk's ~50 MB a second, plus a few seconds.
+    Tuning replaces ``decode_pair`` by what its own decodes measured (the test decoding uses that).
+    """
+
+    datastore_token: float = 1 / 2000
+    decode_pair: float = 0.5
+    write_entry: float = 1 / 50_000
+    write_fixed: float = 3.0
+
+
+COSTS = PhaseCosts()
+MARGIN_SHARE = 0.05  # of the budget, kept back: the validation pass after training's budget ends, the last batch
+MIN_TRAINING_SHARE = 0.5  # training always gets this much of the budget; the later phases shrink to fit the rest
+TUNE_FLOOR_PAIRS = 30  # tuning on fewer validation pairs than this measures noise: a coarser grid instead
+EVALUATION_FLOOR_PAIRS = 100  # the test pairs the datastore and tuning leave time for (a chrF within a few points)
+
+
+def now() -> float:
+    """The clock every phase is timed with (tests replace it)."""
+    return time.monotonic()
+
+
+@dataclass(frozen=True)
+class PhaseSizes:
+    """What the phases after training will handle: training target tokens (the datastore's
+    entries), validation pairs tuning may decode, the most settings of the full and the coarse
+    grids, the test pairs and the beam; ``retrieval`` False: no datastore, no tuning."""
+
+    target_tokens: int
+    tune_pairs: int
+    grid_settings: int
+    coarse_settings: int
+    test_pairs: int
+    beam: int = 1
+    retrieval: bool = True
+
+
+def estimate_phases(sizes: PhaseSizes, costs: PhaseCosts | None = None) -> dict[str, float]:
+    """Estimated seconds of each phase after training (a phase the run skips: 0) at ``costs``
+    (default :data:`COSTS`)."""
+    costs, on = costs or COSTS, sizes.retrieval
+    return {
+        "datastore": sizes.target_tokens * costs.datastore_token if on else 0.0,
+        "tuning": sizes.tune_pairs * sizes.grid_settings * costs.decode_pair if on else 0.0,
+        "evaluation": sizes.test_pairs * costs.decode_pair * sizes.beam,
+        "writing": costs.write_fixed + (sizes.target_tokens * costs.write_entry if on else 0.0),
+    }
+
+
+def phase_floors(sizes: PhaseSizes, costs: PhaseCosts | None = None) -> dict[str, float]:
+    """The least seconds of each phase after training worth leaving it: tuning's floor of pairs on
+    the coarse grid, :data:`EVALUATION_FLOOR_PAIRS` test pairs, the datastore and writing whole."""
+    costs, estimates = costs or COSTS, estimate_phases(sizes, costs)
+    tune_floor = min(sizes.tune_pairs, TUNE_FLOOR_PAIRS) * sizes.coarse_settings * costs.decode_pair
+    evaluation_floor = min(sizes.test_pairs, EVALUATION_FLOOR_PAIRS) * costs.decode_pair * sizes.beam
+    return {**estimates, "tuning": tune_floor if sizes.retrieval else 0.0, "evaluation": evaluation_floor}
+
+
+def training_seconds(budget_seconds: float, spent_seconds: float, estimates: dict[str, float]) -> float:
+    """Training's share of a whole-command budget: the budget less what is spent already (reading,
+    vocabularies), the later phases' ``estimates`` and :data:`MARGIN_SHARE`; at least
+    :data:`MIN_TRAINING_SHARE` of the budget (the later phases then shrink to fit what is left)."""
+    left = budget_seconds - spent_seconds - sum(estimates.values()) - MARGIN_SHARE * budget_seconds
+    return max(left, MIN_TRAINING_SHARE * budget_seconds)
+
+
+@dataclass(frozen=True)
+class TuneSize:
+    """How much tuning fits: ``pairs`` validation pairs per setting on the ``coarse`` grid or the
+    full one; ``pairs`` 0: none (the default weights); ``cut`` says what was given up."""
+
+    pairs: int
+    coarse: bool = False
+    cut: str | None = None
+
+
+def tune_size(seconds: float | None, per_pair: float, available: int, full_settings: int,
+              coarse_settings: int, floor: int = TUNE_FLOOR_PAIRS) -> TuneSize:
+    """What tuning does in ``seconds`` (None: no budget) at ``per_pair`` seconds a decoded pair, with
+    ``available`` validation pairs: fewer pairs first (down to ``floor``), then the coarse grid,
+    then nothing."""
+    if seconds is None:
+        return TuneSize(available)
+    floor = min(floor, available)
+    for settings, coarse in ((full_settings, False), (coarse_settings, True)):
+        fits = min(available, int(seconds / max(per_pair * settings, 1e-9) + 1e-6))
+        if fits >= max(floor, 1):
+            cut = [] if fits == available else [f"{fits} of {available} validation pairs"]
+            cut += [f"the coarse grid ({coarse_settings} settings, not {full_settings})"] if coarse else []
+            return TuneSize(fits, coarse, "; ".join(cut) or None)
+    return TuneSize(0, cut=f"skipped: {floor} validation pairs x {coarse_settings} settings need "
+                    f"~{floor * coarse_settings * per_pair:.0f} s, {max(seconds, 0):.0f} s left; default weights")
+
+
+def pairs_that_fit(seconds: float | None, per_pair: float, available: int) -> int:
+    """How many of ``available`` items of ``per_pair`` seconds fit in ``seconds`` (None: all)."""
+    if seconds is None:
+        return available
+    return max(0, min(available, math.floor(seconds / max(per_pair, 1e-9) + 1e-6)))
+
+
+@dataclass
+class CommandBudget:
+    """The deadline of a whole command (``deadline`` None: no budget), the later phases'
+    estimates, the per-pair decode cost measured so far, and what each phase did (``phases``)."""
+
+    deadline: float | None
+    estimates: dict[str, float] = field(default_factory=dict)
+    floors: dict[str, float] = field(default_factory=dict)  # a phase without one: its estimate
+    costs: PhaseCosts = field(default_factory=lambda: COSTS)
+    phases: list[dict] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, max_minutes: float | None, started: float) -> CommandBudget:
+        """The budget of a command launched at ``started`` (a :func:`now` time)."""
+        return cls(None if max_minutes is None else started + max_minutes * 60.0)
+
+    def left(self) -> float | None:
+        """Seconds to the deadline (None: no budget)."""
+        return None if self.deadline is None else self.deadline - now()
+
+    def left_for(self, phase: str) -> float | None:
+        """Seconds ``phase`` may take: to the deadline less the estimates of the phases after it, or,
+        when what is left is short of them all, up to its own estimate less what the later phases'
+        floors need."""
+        if self.deadline is None:
+            return None
+        later = PHASES[PHASES.index(phase) + 1:]
+        left, own = self.deadline - now(), self.estimates.get(phase, 0.0)
+        estimated = sum(self.estimates.get(name, 0.0) for name in later)
+        floors = sum(self.floors.get(name, self.estimates.get(name, 0.0)) for name in later)
+        return max(left - estimated, min(own, left - floors))
+
+    def measured(self, seconds_per_pair: float) -> None:
+        """Decoding measured at ``seconds_per_pair`` (greedy): what later sizing assumes."""
+        self.costs = replace(self.costs, decode_pair=seconds_per_pair)
+
+    def record(self, phase: str, started: float, estimated: float | None, cut: str | None = None) -> None:
+        """``phase`` ran from ``started`` (a :func:`now` time) until now."""
+        self.phases.append({"name": phase, "estimated_seconds": None if estimated is None else round(estimated, 1),
+                            "seconds": round(now() - started, 2), "cut": cut})
+
+
+def budget_line(max_minutes: float, training: float, estimates: dict[str, float]) -> str:
+    """One line saying how ``max_minutes`` is split (the ``settings`` event before training)."""
+    later = ", ".join(f"{name} ~{seconds:.0f} s" for name, seconds in estimates.items() if seconds)
+    return (f"time budget {max_minutes:g} min for the whole command: training {training:.0f} s, then {later} "
+            f"(estimated; each phase is cut to what is left), {MARGIN_SHARE:.0%} kept back")

@@ -1,0 +1,141 @@
+"""The phases of a translate run after training, each sized to the command's time budget
+(:mod:`.budget`), timed into ``metrics.json["phases"]`` and reporting its progress (a bar in a
+terminal, lines in ``train.log``) as :class:`~kformer.training.PhaseReporter` events: the
+retrieval datastore, the choice of its weights, the test decoding."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from kformer.tasks.translate import budget as budgets
+from kformer.tasks.translate import retrieval
+from kformer.tasks.translate.batches import target_tokens
+from kformer.tasks.translate.retrieval import TUNE_PAIRS, grid, most_settings
+
+if TYPE_CHECKING:
+    from kformer.data.pairs import Pair
+    from kformer.tasks.translate.budget import CommandBudget
+    from kformer.tasks.translate.retrieval import Datastore
+    from kformer.training import Progress
+
+DECODE_CHUNK = 64  # test pairs decoded between a progress report and the next look at the clock (a decode batch)
+
+
+def sizes(config, train, valid_pairs: Sequence, test_pairs: Sequence) -> budgets.PhaseSizes:
+    """What the phases after training will handle, for :func:`~.budget.estimate_phases`."""
+    return budgets.PhaseSizes(
+        target_tokens=target_tokens(train), tune_pairs=min(len(valid_pairs), TUNE_PAIRS),
+        grid_settings=most_settings(grid(None)), coarse_settings=most_settings(grid(None, coarse=True)),
+        test_pairs=len(test_pairs), beam=config.beam, retrieval=config.retrieval == "on")
+
+
+def note(progress: Progress | None, text: str) -> None:
+    """A one-line ``"phase_end"`` event of no items: what a phase gave up, and why."""
+    if progress is not None:
+        from kformer.training import ProgressEvent
+
+        progress(ProgressEvent("phase_end", 1.0, message=text))
+
+
+def _reporter(progress, name: str, total: int, budget: CommandBudget):
+    from kformer.training import PhaseReporter
+
+    return PhaseReporter(progress, name, total, deadline=budget.deadline, clock=budgets.now)
+
+
+def datastore(translator, train, budget: CommandBudget, progress: Progress | None) -> Datastore | None:
+    """The datastore of the encoded training pairs ``train`` (as many as fit the time left, in their
+    order; None when none does)."""
+    started, sources, targets = budgets.now(), *train
+    tokens = [len(target) + 1 for target in targets]
+    count, left = len(tokens), budget.left_for("datastore")
+    if left is not None:
+        affordable, count = left / budget.costs.datastore_token + 1e-6, 0  # its own estimate fits whole
+        while count < len(tokens) and affordable >= tokens[count]:
+            affordable -= tokens[count]
+            count += 1
+    cut = None if count == len(tokens) else f"{count:,} of {len(tokens):,} training pairs"
+    if not count:
+        cut = "skipped: no time left for a datastore; decoding without retrieval"
+        note(progress, f"datastore {cut}")
+        budget.record("datastore", started, budget.estimates.get("datastore"), cut)
+        return None
+    reporter = _reporter(progress, "datastore (training pairs)", count, budget)
+    store = retrieval.build_datastore(translator.model, sources[:count], targets[:count], on_batch=reporter.advance)
+    reporter.close()
+    budget.record("datastore", started, budget.estimates.get("datastore"), cut)
+    return replace(store, tuning={"build_seconds": round(budgets.now() - started, 2)})
+
+
+def tuning(translator, store: Datastore, valid_pairs: Sequence[Pair], budget: CommandBudget,
+           progress: Progress | None) -> Datastore:
+    """``store`` with its weights chosen on the validation pairs, as many and on as fine a grid as
+    the time left allows (:func:`~.budget.tune_size`); the search stops early when the decodes
+    measured so far say the next setting would not fit; none fitting: the default weights."""
+    started = budgets.now()
+    full, coarse = most_settings(grid(store)), most_settings(grid(store, coarse=True))
+    size = budgets.tune_size(budget.left_for("tuning"), budget.costs.decode_pair, min(len(valid_pairs), TUNE_PAIRS),
+                             full, coarse)
+    if not size.pairs:
+        note(progress, f"retrieval tuning {size.cut}")
+        budget.record("tuning", started, budget.estimates.get("tuning"), size.cut)
+        return replace(store, tuning={**store.tuning, "skipped": size.cut})
+    reporter = _reporter(progress, "retrieval tuning (validation pairs decoded)",
+                         size.pairs * (coarse if size.coarse else full), budget)
+    last = [budgets.now()]
+
+    def scored(pairs: int) -> None:
+        at = budgets.now()
+        budget.measured((at - last[0]) / pairs)
+        last[0] = at
+        reporter.advance(pairs)
+
+    def stop() -> bool:
+        left = budget.left_for("tuning")
+        return left is not None and left < budget.costs.decode_pair * size.pairs
+
+    tuned = retrieval.tune_on_pairs(translator.with_retrieval(None), store, valid_pairs, size.pairs, coarse=size.coarse,
+                          stop=stop, on_score=scored)
+    reporter.close()
+    stopped = tuned.tuning.get("stopped_after")
+    cut = "; ".join(filter(None, [size.cut, stopped and f"the search stopped after {stopped} settings"])) or None
+    budget.record("tuning", started, budget.estimates.get("tuning"), cut)
+    return replace(tuned, tuning={**tuned.tuning, **store.tuning})
+
+
+def evaluation(translator, pairs: Sequence[Pair], beam: int, budget: CommandBudget, progress: Progress | None,
+               domains: Sequence[str | None] | None = None) -> tuple[dict[str, Any], list[Pair], list[str]]:
+    """Scores of the test pairs that fit the time left (a prefix of them: the split is random),
+    decoded shortest first in :data:`DECODE_CHUNK`s, stopping early when the rate measured says the
+    next chunk would not fit; the scores say how many were ``scored`` of how many ``held_out`` and
+    whether the budget ``cut`` them. ``domains``: each pair's tag (None: all neutral), as
+    :meth:`~.model.Translator.translate`'s ``domain``. Returns ``(scores, pairs scored, their
+    translations)``."""
+    from kformer.tasks.translate.model import MAX_REPEAT
+
+    started = budgets.now()
+    count = budgets.pairs_that_fit(budget.left_for("evaluation"), budget.costs.decode_pair * beam, len(pairs))
+    chosen = sorted(range(count), key=lambda i: len(pairs[i].source))
+    reporter = _reporter(progress, "test decoding (held-out pairs)", count, budget)
+    done: list[int] = []
+    translations: list[str] = []
+    for at in range(0, count, DECODE_CHUNK):
+        chunk = chosen[at: at + DECODE_CHUNK]
+        left = budget.left_for("evaluation")
+        if done and left is not None and left < (budgets.now() - started) / len(done) * len(chunk):
+            break
+        translations += translator.translate([pairs[i].source for i in chunk], beam=beam,
+                                             domain=None if domains is None else [domains[i] for i in chunk])
+        done += chunk
+        reporter.advance(len(chunk))
+    reporter.close()
+    order = sorted(range(len(done)), key=lambda j: done[j])  # back into the pairs' order
+    scored, translations = [pairs[done[j]] for j in order], [translations[j] for j in order]
+    scores = translator.scores_of(scored, translations, beam=beam, max_repeat=MAX_REPEAT, retrieval=True,
+                                  seconds=budgets.now() - started)
+    cut = None if len(scored) == len(pairs) else f"{len(scored):,} of {len(pairs):,} test pairs"
+    scores.update(scored=len(scored), held_out=len(pairs), cut_by_budget=cut is not None)
+    budget.record("evaluation", started, budget.estimates.get("evaluation"), cut)
+    return scores, scored, translations

@@ -1,0 +1,180 @@
+"""``--max-minutes`` bounds a whole translate command (:mod:`kformer.tasks.translate.budget`):
+training gets what the later phases' estimates leave, each later phase is cut to the time left,
+``metrics.json["phases"]`` records it, and the phases report progress as training does.
+
+Time is a fake clock throughout (the real one plus what the fakes charge), so nothing here
+depends on how fast this machine is.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from conftest import write_tsv_pairs
+from test_translate_retrieval import TINY, arbitrary_pairs
+
+from kformer.data.pairs import Pair
+from kformer.tasks import translate
+from kformer.tasks.translate import budget as budgets
+from kformer.tasks.translate import phases, retrieval
+from kformer.training import PhaseReporter
+from kformer.training.progress import log_to_file
+
+
+class Clock:
+    """A clock that moves only when told."""
+
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_training_gets_the_budget_less_the_later_phases_and_a_margin():
+    estimates = {"datastore": 60.0, "tuning": 300.0, "evaluation": 120.0, "writing": 10.0}
+    # 30 minutes, 20 s spent reading: 1800 - 20 - 490 - 5% of 1800 (90)
+    assert budgets.training_seconds(1800, 20, estimates) == pytest.approx(1200.0)
+    # later phases estimated beyond the budget: training keeps its floor, the phases shrink later
+    assert budgets.training_seconds(600, 0, {"tuning": 5000.0}) == pytest.approx(budgets.MIN_TRAINING_SHARE * 600)
+
+
+def test_an_earlier_phase_comes_first_leaving_the_later_ones_their_floors(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(budgets, "now", clock)
+    estimates = {"datastore": 30.0, "tuning": 200.0, "evaluation": 50.0, "writing": 5.0}
+    floors = {**estimates, "tuning": 20.0, "evaluation": 10.0}
+    short = budgets.CommandBudget(clock.t + 100, estimates, floors)
+    assert short.left_for("datastore") == 30  # its estimate: the later floors (35 s) still fit in 100
+    assert short.left_for("tuning") == 85  # all but the test decoding's and the writing's floors
+    assert short.left_for("evaluation") == 95  # all but the writing's estimate
+    assert budgets.CommandBudget(clock.t + 1000, estimates, floors).left_for("tuning") == 1000 - 55
+    assert budgets.CommandBudget(None, estimates, floors).left_for("tuning") is None
+
+
+def test_estimates_follow_the_sizes_and_the_costs():
+    costs = budgets.PhaseCosts(datastore_token=0.001, decode_pair=0.5, write_entry=0.0001, write_fixed=2.0)
+    sizes = budgets.PhaseSizes(target_tokens=10_000, tune_pairs=150, grid_settings=19, coarse_settings=4,
+                               test_pairs=200, beam=4)
+    assert budgets.estimate_phases(sizes, costs) == pytest.approx(
+        {"datastore": 10.0, "tuning": 150 * 19 * 0.5, "evaluation": 200 * 0.5 * 4, "writing": 3.0})
+    off = budgets.estimate_phases(replace(sizes, retrieval=False), costs)
+    assert off["datastore"] == off["tuning"] == 0 and off["writing"] == 2.0
+
+
+def test_the_grid_sizes_tuning_plans_with():
+    assert retrieval.most_settings(retrieval.grid(None)) == 8 + 2 + 1 + 7 + 1
+    assert retrieval.most_settings(retrieval.grid(None, coarse=True)) == 3 + 1
+
+
+def test_tuning_shrinks_pairs_first_then_the_grid_then_skips():
+    assert budgets.tune_size(None, 1.0, 150, 19, 4) == budgets.TuneSize(150)
+    assert budgets.tune_size(19 * 150, 1.0, 150, 19, 4) == budgets.TuneSize(150)
+    fewer = budgets.tune_size(19 * 60, 1.0, 150, 19, 4)
+    assert (fewer.pairs, fewer.coarse) == (60, False) and "60 of 150" in fewer.cut
+    coarse = budgets.tune_size(19 * 29, 1.0, 150, 19, 4)  # below the floor of 30 on the full grid
+    assert coarse.coarse and coarse.pairs == min(150, 19 * 29 // 4) and "coarse" in coarse.cut
+    skipped = budgets.tune_size(4 * 29, 1.0, 150, 19, 4)
+    assert skipped.pairs == 0 and "default weights" in skipped.cut
+    assert budgets.tune_size(4 * 5, 1.0, 5, 19, 4).pairs == 5  # fewer pairs than the floor: all of them
+
+
+def test_a_phase_reports_progress_and_the_log_gets_a_line_a_tenth(tmp_path):
+    clock, events = Clock(), []
+    log = tmp_path / "train.log"
+    write = log_to_file(log)
+    reporter = PhaseReporter(lambda e: (events.append(e), write(e)), "datastore", 100, deadline=clock.t + 50,
+                             clock=clock, every_seconds=0.0)
+    for _ in range(100):
+        clock.t += 0.25
+        reporter.advance(1)
+    reporter.close()
+    assert events[0].stage == "phase" and events[-1].stage == "phase_end" and events[-1].step == 100
+    middle = events[50]  # 50 of 100 done in 12.5 s: 12.5 s more by the rate, within the deadline's 37.5
+    assert middle.fraction == 0.5 and middle.seconds_left == pytest.approx(12.5)
+    lines = log.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 11 and lines[-1].endswith("datastore 100/100 in 25 s")  # start, each tenth, the end
+
+
+def test_a_phase_reports_at_most_every_half_second():
+    clock, events = Clock(), []
+    reporter = PhaseReporter(events.append, "tuning", 100, clock=clock)
+    for _ in range(100):
+        clock.t += 0.25
+        reporter.advance(1)
+    assert len(events) == 1 + 100 * 0.25 / 0.5
+
+
+def test_tuning_that_cannot_fit_keeps_the_default_weights_and_says_so(monkeypatch):
+    clock, events = Clock(), []
+    monkeypatch.setattr(budgets, "now", clock)
+    store = retrieval.Datastore(np.zeros((20, 4), "float16"), np.arange(20, dtype="int32"), k=8, temperature=1.0,
+                                lam=0.3)
+    budget = budgets.CommandBudget(deadline=clock.t + 10, estimates={"evaluation": 5.0})
+    pairs = [Pair(f"s{i}", f"t{i}") for i in range(50)]
+    tuned = phases.tuning(None, store, pairs, budget, events.append)  # 5 s at 0.5 s a pair: not 30 x 4
+    assert (tuned.lam, tuned.k) == (0.3, 8) and "default weights" in tuned.tuning["skipped"]
+    assert budget.phases[0]["name"] == "tuning" and "skipped" in budget.phases[0]["cut"]
+    assert events[-1].stage == "phase_end" and "default weights" in events[-1].line()
+
+
+def test_the_test_decoding_scores_what_fits_and_says_it_was_cut(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(budgets, "now", clock)
+
+    def decode(texts, beam, domain=None):
+        clock.t += 2.0 * len(texts)  # 2 s a pair: slower than estimated
+        return [text.upper() for text in texts]
+
+    fake = SimpleNamespace(translate=decode, scores_of=lambda pairs, hyps, **k: {"n": len(pairs)})
+    budget = budgets.CommandBudget(deadline=clock.t + 300, estimates={"writing": 0.0})
+    pairs = [Pair(f"source {i}", f"target {i}") for i in range(400)]
+    scores, scored, translations = phases.evaluation(fake, pairs, 1, budget, None)
+    # planned: 600 pairs at 0.5 s; after each 64-pair chunk the rate measured decides: 2 chunks fit in 300 s
+    assert scores["scored"] == len(scored) == 128 and scores["held_out"] == 400 and scores["cut_by_budget"]
+    assert clock.t - 1000.0 <= 300 and translations == [p.source.upper() for p in scored]
+    assert budget.phases[0]["cut"] == "128 of 400 test pairs"
+    late = budgets.CommandBudget(deadline=clock.t - 1)  # past the deadline: nothing decoded, said so
+    scores, scored, _ = phases.evaluation(fake, pairs, 1, late, None)
+    assert scored == [] and scores["scored"] == 0 and scores["cut_by_budget"]
+
+
+@pytest.mark.usefixtures("eager_decoding")
+def test_a_budgeted_run_shrinks_training_cuts_tuning_and_fits_the_budget(tmp_path, monkeypatch):
+    pairs = arbitrary_pairs(40, seed=5)
+    files = [write_tsv_pairs(tmp_path / f"{name}.tsv", rows) for name, rows in
+             (("train", pairs[:30]), ("valid", pairs[30:35]), ("test", pairs[35:]))]
+    fake = {"seconds": 0.0}
+    real_now, real_translate = budgets.now, translate.Translator.translate
+    monkeypatch.setattr(budgets, "now", lambda: real_now() + fake["seconds"])
+
+    def slow_translate(self, texts, **options):  # decoding as slow as the en-ta recipe's: 1 s a pair
+        fake["seconds"] += len(texts)
+        return real_translate(self, texts, **options)
+
+    monkeypatch.setattr(translate.Translator, "translate", slow_translate)
+    monkeypatch.setattr(budgets, "COSTS", replace(budgets.COSTS, decode_pair=1.0))
+    events, started = [], budgets.now()
+    result = translate.train({**TINY, "retrieval": "on", "max_minutes": 1.0}, files[0], tmp_path / "model",
+                             valid=files[1], test=files[2], progress=events.append)
+    elapsed = budgets.now() - started
+    recorded = {phase["name"]: phase for phase in result.metrics["phases"]}
+    assert list(recorded) == list(budgets.PHASES) and recorded["datastore"]["cut"] is None
+    # tuning's full grid (5 pairs x 19 settings at 1 s) is beyond the budget: training keeps its floor
+    assert recorded["training"]["estimated_seconds"] == pytest.approx(budgets.MIN_TRAINING_SHARE * 60, abs=0.1)
+    assert "coarse grid" in recorded["tuning"]["cut"]
+    assert result.metrics["retrieval"]["tuning"]["grid"]["lam"] == list(retrieval.COARSE_LAMBDAS)
+    assert result.metrics["test"]["scored"] == 5 and not result.metrics["test"]["cut_by_budget"]
+    # every phase is sized to end by the deadline less the writing's estimate (3 s; a tiny folder takes far less)
+    assert elapsed <= 60.0
+    saved = json.loads((result.folder / "metrics.json").read_text(encoding="utf-8"))
+    assert saved["phases"] == result.metrics["phases"]
+    stages = {(e.stage, e.message.split(" (")[0]) for e in events}
+    assert {("phase", "datastore"), ("phase_end", "retrieval tuning"), ("phase_end", "test decoding")} <= stages
+    assert any(e.stage == "settings" and "whole command" in e.message for e in events)
+    log = (result.folder / "training" / "train.log").read_text(encoding="utf-8")
+    assert "time budget 1 min" in log and "retrieval tuning (validation pairs decoded) 20/20" in log
