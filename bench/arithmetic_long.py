@@ -34,7 +34,8 @@ same settings writing the product directly (``op_columns``), each trained ``--pr
     python -m bench.arithmetic_long --setups arithmetic-long --seeds 3 --steps 15000 --rows runs.jsonl   # issue 35, section 3
 
 ``--rows FILE`` keeps each finished training run there, and a rerun with the same file skips the
-runs it holds, so a long table can be made over several sittings.
+runs it holds, so a long table can be made over several sittings; ``--only-seeds`` shares the runs
+between processes (``taskset -c 0`` and ``-c 1``, one rows file each: concatenate them for the table).
 """
 
 from __future__ import annotations
@@ -190,6 +191,9 @@ def main() -> None:
                         help="instead of minutes, train each model this many steps (the result does not depend on "
                         "what else runs on the machine; 15,000 is what 10 minutes give alone on 2 cores)")
     parser.add_argument("--seeds", type=int, default=1, help="training seeds per row (the mean is reported)")
+    parser.add_argument("--only-seeds", type=int, nargs="+", default=None,
+                        help="with --rows: train only these seeds' runs and make no table (processes sharing the "
+                        "work, one core each; then rerun without it for the table)")
     parser.add_argument("--products", action="store_true", help="record the products table instead (see above)")
     parser.add_argument("--product-minutes", type=float, default=None,
                         help="training budget of each product model (default: the multiplication recipe's)")
@@ -199,6 +203,8 @@ def main() -> None:
     others = args.held_out if args.held_out_others is None else args.held_out_others
     if args.products:
         return record_products(args, others)
+    if args.only_seeds is not None and args.rows is None:
+        parser.error("--only-seeds keeps its runs for a later table: give --rows")
     target_lengths = sorted(length for recipe, *_, targets in SETUPS if recipe in args.setups for length in targets)
     rows = []
     rows_file = None if args.rows is None else Path(args.rows)
@@ -210,7 +216,7 @@ def main() -> None:
         minutes = None if args.steps else args.minutes if longest > 8 else args.short_minutes
         for name in args.schemes:
             runs = []
-            for seed in range(args.seeds):
+            for seed in range(args.seeds) if args.only_seeds is None else args.only_seeds:
                 key = (recipe, name, seed, minutes, args.steps, args.held_out, others)
                 if key not in done:
                     done[key] = {"recipe": recipe, "scheme": name, "seed": seed, "minutes": minutes, "steps": args.steps,
@@ -219,9 +225,13 @@ def main() -> None:
                                                    targets=targets, held_out_others=others, steps=args.steps)}
                     append_rows(rows_file, [done[key]])
                 runs.append(done[key])
+            if args.only_seeds is not None:
+                continue
             rows.append(row(recipe, trained_on, name, runs))
             print({k: v for k, v in rows[-1].items() if k in ("system", "train_s", "8", "10", "20", "30", "60", "100")},
                   flush=True)
+    if args.only_seeds is not None:
+        return print(f"seeds {args.only_seeds} trained into {args.rows}; rerun without --only-seeds for the table")
     budget = f"{args.steps:,} training steps" if args.steps else f"{args.minutes:g} minutes of CPU training"
     title = (f"What each part of arithmetic-long is worth: position schemes and the window, mean of {args.seeds} seeds, "
              f"{budget} per model" if args.seeds > 1 else
