@@ -13,7 +13,9 @@ encoder runs once per batch and gives every decoder layer's cross-attention keys
 decoder step takes one token and the self-attention cache and returns the next token's logits and
 the cache with that position added, so ``n`` tokens cost ``n`` one-token steps. The greedy choice
 is kformer's (forbidden ids, the repeat limit, each row's length cap): the translations are
-``Translator.translate``'s greedy ones (``tests/test_export.py`` checks it).
+``Translator.translate``'s greedy ones (``tests/test_export.py`` checks it). A translator with a
+retrieval (kNN-MT) datastore has it inside ``decoder_step.onnx`` (``metadata.json["retrieval"]``):
+its ``logits`` are then the mixture's log-probabilities, and this client chooses from them alike.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from conftest import NUMBER_WORDS, number_pairs, write_tsv_pairs
 from server_helpers import LOAD_WAIT_S
 
 from kformer.cli import main
-from kformer.errors import BadInput, Unsupported
+from kformer.errors import BadInput
 from kformer.metrics import translation_scores
 from kformer.text.vocabulary import RESERVED_TOKENS
 
@@ -302,8 +302,6 @@ def test_the_service_answers_with_the_pretrained_encoder_and_retrieval_as_the_li
     shutil.copytree(root / "frozen", folder)
     library = translate.load(folder).build_retrieval(pairs, lam=0.5)  # written into the folder
     assert library.retrieval is not None and library.manifest["encoder"]["frozen"]
-    with pytest.raises(Unsupported, match=r"decodes with a retrieval datastore \(kNN-MT\), which an export cannot"):
-        library.export_plan()  # the network exports; the datastore not yet
     texts = ["one two", "three", "ten nine eight"]
     expected = library.predict(texts)
 

@@ -122,8 +122,6 @@ def test_the_folder_keeps_it_and_reloads_in_safe_mode(tiny, tmp_path):
     assert reloaded.retrieval.entries == written.retrieval.entries
     assert reloaded.translate(sources) == written.translate(sources)
     assert reloaded.metadata()["retrieval"]["k"] == 4
-    with pytest.raises(Unsupported, match="retrieval remove"):
-        reloaded.export_plan()
     translate.remove_retrieval(folder)
     assert translate.load(folder).retrieval is None and not (folder / "retrieval").exists()
 
@@ -166,6 +164,40 @@ def test_an_indexed_folder_round_trips_and_an_old_folder_still_decodes(tiny, tmp
     assert reloaded.translate(sources) == written.translate(sources)
     translate.load(folder).build_retrieval(tiny["train"], lam=0.5, k=4, search="exact")
     assert translate.load(folder).retrieval.index is None and not (folder / "retrieval" / "centroids.npy").exists()
+
+
+@pytest.mark.slow
+def test_exports_carry_the_datastore_and_translate_as_the_folder(tiny, tmp_path, monkeypatch):
+    """Both formats decode with the datastore inside their graphs: kformer.load of each export and
+    the reference ONNX client give the folder's greedy translations, searching exactly (SavedModel)
+    and through an IVF index probing 2 of its lists (both formats)."""
+    import shutil
+
+    from export_helpers import docs_module
+
+    import kformer
+    from kformer.export import export
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny["folder"], folder)
+    sources = [s for s, _ in tiny["train"] + tiny["valid"] + tiny["test"]]
+    exact = translate.load(folder)
+    assert exact.translate(sources) != exact.translate(sources, retrieval=False)  # the datastore matters here
+    export(folder, tmp_path / "exact", format="saved_model")
+    assert kformer.load(tmp_path / "exact").translate(sources) == exact.translate(sources)
+
+    monkeypatch.setattr(retrieval, "IVF_FROM", 10)
+    indexed = translate.load(folder).build_retrieval(tiny["train"], lam=0.5, k=4, nprobe=2)
+    assert indexed.retrieval.search == "ivf"
+    expected = indexed.translate(sources)
+    for format in ("saved_model", "onnx"):
+        export(folder, tmp_path / format, format=format)
+        exported = kformer.load(tmp_path / format)
+        assert exported.translate(sources) == expected, format
+        assert exported.metadata()["retrieval"] == indexed.metadata()["retrieval"]
+    assert docs_module("onnx_translate_client").OnnxTranslator(tmp_path / "onnx").translate(sources) == expected
+    with pytest.raises(Unsupported, match="always decodes with it"):
+        exported.translate(sources[:1], retrieval=False)
 
 
 def test_bad_settings_are_one_typed_error(tiny, built):

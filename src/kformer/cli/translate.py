@@ -101,8 +101,8 @@ def _register_retrieval(commands) -> None:
     build.add_argument("--quiet", action="store_true", help="no line per tuning step")
     build.set_defaults(handler=retrieval_build_command)
     remove = actions.add_parser("remove", help="take the datastore out of a model folder",
-                                description="Delete MODEL_DIR/retrieval and its entry in kformer.json (e.g. to export "
-                                "the network alone).")
+                                description="Delete MODEL_DIR/retrieval and its entry in kformer.json (e.g. to decode or "
+                                "export the network alone).")
     remove.add_argument("model_dir", metavar="MODEL_DIR", help="folder written by `kformer train translate`")
     remove.set_defaults(handler=retrieval_remove_command)
 

@@ -55,6 +55,34 @@ def knn_tensors(keys: np.ndarray, values: np.ndarray, lam: float, temperature: f
                None if layout is None else ivf_tensors(layout, nprobe))
 
 
+def held_in_weights(knn: Knn):
+    """``(knn, layer)``: ``knn`` with its tensors (keys, key norms, values, the weights and an
+    index's) moved into the non-trainable weights of a Keras layer, for an export to keep as
+    weights (a converter leaves a captured constant as an input to feed, and a graph's constants
+    are capped at 2 GB), and an index read by one gather (a graph run without XLA, as an export's
+    is). Track ``layer`` with the export."""
+    import keras
+
+    class DatastoreWeights(keras.layers.Layer):
+        """The datastore's tensors as weights (nothing to call)."""
+
+    layer = DatastoreWeights(name="datastore", trainable=False)
+
+    def held(name: str, tensor):
+        weight = layer.add_weight(shape=tuple(tensor.shape), dtype=keras.backend.standardize_dtype(tensor.dtype),
+                                  initializer="zeros", trainable=False, name=name)
+        weight.assign(tensor)
+        return weight
+
+    ivf = knn.ivf
+    if ivf is not None:
+        ivf = ivf._replace(loop=False, **{name: held(name, getattr(ivf, name))
+                                          for name in ("centroids", "centroid_norms", "starts", "sizes")})
+    layer.built = True
+    return knn._replace(ivf=ivf, **{name: held(name, getattr(knn, name))
+                                    for name in ("keys", "key_norms", "values", "lam", "temperature")}), layer
+
+
 def nearest(queries, keys, key_norms, k: int):
     """The ``k`` keys nearest each query: ``queries (rows, dim)`` -> ``(distances (rows, k)``
     squared L2, nearest first, ``indices (rows, k) int32)``."""

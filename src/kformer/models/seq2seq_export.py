@@ -34,15 +34,19 @@ from kformer.text.specials import END_ID, PAD_ID, START_ID
 
 
 def seq2seq_endpoints(model, decode_length: dict[str, float] | None = None, max_repeat: int = 0,
-                      notes: dict[str, str] | None = None) -> list[Endpoint]:
+                      notes: dict[str, str] | None = None, knn=None, knn_k: int = 0) -> list[Endpoint]:
     """The three endpoints of ``model``. ``decode_length`` (``{"per_source_token": a, "extra": b}``)
     caps each greedy row at ``ceil(a * n) + b`` tokens for a source of ``n`` ids, as the model's
     task decodes in Python; None: every row may use ``max_target_length``. ``max_repeat``: the
     task's repeat limit (0: none; :func:`~kformer.models.generation.greedy_decode`). ``notes``:
-    more words on a tensor's meaning, by name (e.g. what a pretrained encoder's ids are)."""
+    more words on a tensor's meaning, by name (e.g. what a pretrained encoder's ids are). ``knn``
+    and ``knn_k`` (:func:`~kformer.models.retrieval.held_in_weights`): kNN-MT in the graph --
+    ``decode_step``'s ``logits`` are then the mixture's log-probabilities (the same argmax rule)
+    and greedy decoding mixes as the task does."""
     import tensorflow as tf
 
     from kformer.layers import padding_mask
+    from kformer.models.decode_loops import next_scores
     from kformer.models.generation import greedy_loop
 
     layers, heads = model.decoder_layers, model.heads
@@ -62,7 +66,9 @@ def seq2seq_endpoints(model, decode_length: dict[str, float] | None = None, max_
                         "the self-attention keys and values of the positions before index (zeros at index 0; "
                         f"T >= the positions to decode, at most {model.max_target_length}): "
                         + cache_dims.format("T"))
-    logits = Tensor("logits", "float32", (None, model.target_vocab_size), "the next token's logits")
+    logits = Tensor("logits", "float32", (None, model.target_vocab_size), "the next token's logits" if knn is None
+                    else f"the next token's log-probabilities: the kNN-MT mixture of the model's softmax and the "
+                    f"values of the datastore's {knn_k} keys nearest the decoder's state (metadata retrieval)")
     new_self_cache = Tensor("new_self_cache", "float32", self_cache.shape,
                             "self_cache with the keys and values of position index written in")
     target_ids = Tensor("target_ids", "int32", (None, model.max_target_length),
@@ -76,8 +82,8 @@ def seq2seq_endpoints(model, decode_length: dict[str, float] | None = None, max_
 
     def decode_step(token_ids, position, cache, cross, source):
         cache, cross = tf.cast(cache, compute), tf.cast(cross, compute)
-        step, caches = model.decode_step(token_ids, position, [cache[:, i] for i in range(layers)],
-                                         [cross[:, i] for i in range(layers)], padding_mask(source))
+        step, caches = next_scores(model, token_ids, position, [cache[:, i] for i in range(layers)],
+                                   [cross[:, i] for i in range(layers)], padding_mask(source), knn, knn_k)
         return {"logits": tf.cast(step, tf.float32), "new_self_cache": tf.cast(tf.stack(caches, axis=1), tf.float32)}
 
     def greedy(source):
@@ -88,7 +94,8 @@ def seq2seq_endpoints(model, decode_length: dict[str, float] | None = None, max_
             ids = tf.reduce_sum(tf.cast(tf.not_equal(source, PAD_ID), tf.float64), axis=1)
             limits = tf.minimum(tf.cast(tf.math.ceil(decode_length["per_source_token"] * ids), tf.int32)
                                 + int(decode_length["extra"]), length)
-        generated = greedy_loop(model, source, tf.constant(length, tf.int32), limits, length, True, max_repeat)
+        generated = greedy_loop(model, source, tf.constant(length, tf.int32), limits, length, True, max_repeat,
+                                knn, knn_k)
         return {"target_ids": generated}
 
     return [

@@ -7,7 +7,8 @@ translator's network -- with a pretrained encoder, ``encode`` runs the BERT back
 mask and segment ids made from the WordPiece ids in the graph) and the bridge to the decoder's
 width -- beside the vocabulary files, and in ``metadata.json`` how a client turns a text into
 ``source_ids`` (``source_text``; a WordPiece source's rules under ``wordpiece``; a corpus tag's id
-at ``tag_position``) and ids back into text. A folder with a kNN-MT datastore does not export.
+at ``tag_position``) and ids back into text. A kNN-MT datastore goes inside the decoder's graphs
+(:func:`~kformer.models.retrieval.held_in_weights`): the export searches it as the folder does.
 
 :class:`ExportedTranslator` is a :class:`~kformer.tasks.translate.Translator` whose decoding is
 the export's (:class:`~kformer.models.exported_decoding.ExportedDecoder`: ONNX Runtime with the
@@ -35,22 +36,23 @@ from kformer.tasks.translate.settings import TASK
 
 CUT = "no [START]/[END], the first {longest}; no ids: one [UNK]"
 WORDPIECE_CUT = "[CLS] + their ids + [SEP]; over {longest} ids: the first {first} and [SEP]"
+RETRIEVAL_RULE = ("inside the graphs: each step's decoder state queries the datastore's keys (squared L2; search ivf: "
+                  "among the entries of its nprobe nearest lists); p_knn(y) sums softmax(-distance / temperature) "
+                  "over the k nearest keys whose value is y; decode_step's logits are log(lambda * p_knn + "
+                  "(1 - lambda) * softmax(model logits)), chosen from as logits are")
 
 
 def export_plan(translator: Translator):
     """The :class:`~kformer.models.export_plan.Plan` of ``translator`` (a loaded model folder):
     ``encode``, ``decode_step`` and greedy ``serving_default``, each greedy row capped by its
-    ``decode_length``, with the default repeat limit. Unsupported for a folder with a datastore."""
+    ``decode_length``, with the default repeat limit, and the folder's datastore searched at every
+    step when it has one (``metadata.json["retrieval"]``)."""
     import shutil
 
-    from kformer.errors import Unsupported
     from kformer.models.export_plan import Plan
+    from kformer.models.retrieval import held_in_weights
     from kformer.models.seq2seq_export import seq2seq_endpoints, seq2seq_info
 
-    if translator.retrieval is not None:
-        raise Unsupported(f"{translator.folder} decodes with a retrieval datastore (kNN-MT), which an export cannot "
-                          f"carry; take it out first (kformer retrieval remove {translator.folder}) to export the "
-                          "network alone", field="model_dir")
     manifest, vocab = translator.manifest, translator.manifest.get("vocab") or {}
     files = list(dict.fromkeys([vocab.get("source", SOURCE_VOCAB_FILE), vocab.get("target", TARGET_VOCAB_FILE)]))
 
@@ -66,8 +68,14 @@ def export_plan(translator: Translator):
             "target_text": "the ids before [END], without ids 0-2, detokenised (words: joined by spaces)",
             "length_cap": "a source of n ids gets at most min(max_target_length, ceil(per_source_token * n) + "
                           "extra) target tokens ([END] included; decode_length)"}
-    endpoints = seq2seq_endpoints(translator.model, translator.decode_length, MAX_REPEAT, notes)
-    return Plan(TASK, endpoints, [translator.model], write_files, info)
+    knn, tracked = None, [translator.model]
+    if translator.retrieval is not None:
+        knn, weights = held_in_weights(translator.retrieval.knn())
+        tracked.append(weights)
+        info["retrieval"] = {**translator.metadata()["retrieval"], "rule": RETRIEVAL_RULE}
+    endpoints = seq2seq_endpoints(translator.model, translator.decode_length, MAX_REPEAT, notes, knn,
+                                  0 if knn is None else translator.retrieval.k)
+    return Plan(TASK, endpoints, tracked, write_files, info)
 
 
 def _source_rules(translator: Translator) -> tuple[dict[str, Any], dict[str, str]]:
@@ -127,15 +135,22 @@ class ExportedTranslator(FromExport, Translator):
         return int(self.manifest["max_target_length"])
 
     def metadata(self) -> dict[str, Any]:
-        return {**super().metadata(), "export": self.manifest["format"]}
+        retrieval = self.manifest.get("retrieval")
+        return {**super().metadata(), "export": self.manifest["format"],
+                **({"retrieval": {key: value for key, value in retrieval.items() if key != "rule"}} if retrieval else {})}
 
     def _decode(self, sources: list[list[int]], beam: int, batch_size: int, max_repeat: int,
                 retrieval: bool = True) -> list[str]:
-        """As :meth:`Translator._decode`; an export never carries a datastore (``kformer export``
-        refuses a folder with one), so ``retrieval`` changes nothing."""
+        """As :meth:`Translator._decode`; an export with a datastore in its graphs always decodes
+        with it (``retrieval=False``: Unsupported)."""
         from kformer.data.batching import length_bucketed_batches
+        from kformer.errors import Unsupported
 
         self.greedy_only(beam)
+        if not retrieval and self.manifest.get("retrieval"):
+            raise Unsupported(f"{self.folder} carries its retrieval datastore inside its graphs and always decodes with "
+                              "it; to decode without it, export the folder after kformer retrieval remove",
+                              field="retrieval")
         results = [""] * len(sources)
         for batch in length_bucketed_batches([len(s) for s in sources], batch_size):
             rows = [sources[i] for i in batch]
