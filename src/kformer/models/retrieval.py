@@ -63,16 +63,11 @@ def held_in_weights(knn: Knn):
     is). Track ``layer`` with the export."""
     import keras
 
-    class DatastoreWeights(keras.layers.Layer):
-        """The datastore's tensors as weights (nothing to call)."""
+    layer = keras.layers.Layer(name="datastore", trainable=False)  # holds the weights; never called
 
-    layer = DatastoreWeights(name="datastore", trainable=False)
-
-    def held(name: str, tensor):
-        weight = layer.add_weight(shape=tuple(tensor.shape), dtype=keras.backend.standardize_dtype(tensor.dtype),
-                                  initializer="zeros", trainable=False, name=name)
-        weight.assign(tensor)
-        return weight
+    def held(name: str, tensor):  # initialised with the tensor itself: no zeros first (a datastore can be large)
+        return layer.add_weight(shape=tuple(tensor.shape), dtype=keras.backend.standardize_dtype(tensor.dtype),
+                                initializer=lambda shape, dtype: tensor, trainable=False, name=name)
 
     ivf = knn.ivf
     if ivf is not None:
