@@ -53,7 +53,7 @@ TEST_WORKERS ?= 2
 test: $(TEST_STAMP) $(KSERVE_STAMP) browser  ## lint, the whole suite (TensorFlow), then the layer tests under JAX
 	$(BIN)/ruff check src tests bench
 	KFORMER_KSERVE_PYTHON=$(KSERVE_VENV)/bin/python KFORMER_THREADS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
-	KERAS_BACKEND=jax $(BIN)/python -m pytest tests/layers
+	KERAS_BACKEND=jax $(BIN)/python -m pytest -n $(TEST_WORKERS) tests/layers
 
 test-fast: $(TEST_STAMP) browser  ## the tests not marked slow (no training runs)
 	$(BIN)/python -m pytest -m "not slow"

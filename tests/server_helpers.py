@@ -24,7 +24,8 @@ TINY_TRANSLATOR = {"vocab_size": 120, "dim": 32, "heads": 2, "ff_dim": 64, "enco
                    "shared_vocab": True, "norm_first": False, "tie_embeddings": False}
 TINY_ARITHMETIC = {"digits": 2, "held_out_size": 16, "dim": 16, "heads": 2, "ff_dim": 32, "encoder_layers": 1,
                    "decoder_layers": 1, "batch_size": 32, "steps_per_epoch": 5, "epochs": 1, "warmup_steps": 2,
-                   "jit_compile": False}
+                   "jit_compile": False, "held_out_per_length": 4}
+
 
 def train_tiny_models(root: Path) -> dict[str, Path]:
     """Folders of a tiny tickets classifier, English->Tamil translator and 2-digit arithmetic

@@ -3,10 +3,11 @@
 The launcher's rules run against stand-in processes (a few lines of Python started in place of
 ``kformer``), so a kill, a hang, a process deaf to SIGTERM, bad input and running out of restarts
 each take a second. Then one real job of ``kformer train classify --distribute --num-processes 2
---resume auto`` (a fresh start in an empty folder) loses its worker: process 1 pauses halfway
-through writing its checkpoint of epoch 2 (the ``checkpoint-pause`` fault), after process 0 has
-written its own, and is SIGKILLed there. The job completes unattended, records the restart, and
-both processes resume from process 0's newer checkpoint. Every process started here is stopped: the
+--resume auto --epochs 3`` (a fresh start in an empty folder) loses its worker: process 1 pauses
+halfway through writing its checkpoint of epoch 2 (the ``checkpoint-pause`` fault), after process 0
+has written its own, and is SIGKILLed there. The job completes unattended, records the restart, and
+both processes resume from process 0's newer checkpoint and train epoch 3 in lockstep (this is also
+the test of two processes resuming a checkpoint: tests/test_distributed.py has none of its own). Every process started here is stopped: the
 launcher by its PID, its processes by the launcher (or, on Linux, when it dies).
 """
 
@@ -207,7 +208,7 @@ def test_the_kubernetes_manifest_parses_and_runs_the_documented_command():
 # --- a real job whose worker is killed halfway through a checkpoint --------------------------------------
 
 TIMEOUT = 480  # seconds for the job on a loaded 2-core machine (a quiet one needs about a minute)
-COMMAND = ["-m", "kformer", "train", "classify", "--data", "train.csv", "--valid", "valid.csv", "--epochs=2",
+COMMAND = ["-m", "kformer", "train", "classify", "--data", "train.csv", "--valid", "valid.csv", "--epochs=3",
            "--batch-size=32", "--vocab-size=200", "--max-length=8", "--dim=16", "--heads=2", "--ff-dim=32",
            "--blocks=1", "--no-wide", "--quiet", "--distribute", "--num-processes", "2", "--resume", "auto",
            "--out", "job"]  # 96 training rows: 3 batches an epoch
@@ -274,8 +275,9 @@ def test_a_job_whose_worker_is_killed_mid_checkpoint_completes_by_itself_from_th
     worker_log = (root / WORKER / "training" / "train.log").read_text(encoding="utf-8")
     assert "resumed from the checkpoint after epoch 2" in log and "resumed from the checkpoint after epoch 2" in worker_log
     history = (folder / "training" / "history.csv").read_text(encoding="utf-8")
-    assert len(history.splitlines()) == 3 and (root / WORKER / "training" / "history.csv").read_text() == history
-    assert metrics["epochs_run"] == 2 and 0 < metrics["valid"]["accuracy"] <= 1
+    # epochs 1-2 as process 0 wrote them, epoch 3 after the restart: the same in both processes (lockstep)
+    assert len(history.splitlines()) == 4 and (root / WORKER / "training" / "history.csv").read_text() == history
+    assert metrics["epochs_run"] == 3 and 0 < metrics["valid"]["accuracy"] <= 1
     assert not [p for p in root.rglob("*") if ".tmp" in p.name]  # the half-written checkpoint is gone
 
 

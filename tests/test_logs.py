@@ -9,7 +9,8 @@ from kformer.cli import main
 from kformer.cli.progress import progress_printer
 from kformer.training import ProgressEvent
 
-TINY = ["--digits", "2", "--epochs", "3", "--steps-per-epoch", "4", "--batch-size", "16", "--held-out-size", "8"]
+TINY = ["--digits", "2", "--epochs", "3", "--steps-per-epoch", "4", "--batch-size", "16", "--held-out-size", "8",
+        "--held-out-per-length", "4"]
 
 
 @pytest.fixture
