@@ -200,6 +200,22 @@ def test_exports_carry_the_datastore_and_translate_as_the_folder(tiny, tmp_path,
         exported.translate(sources[:1], retrieval=False)
 
 
+def test_a_datastore_too_large_for_one_onnx_file_is_refused_in_one_line(tiny, tmp_path, monkeypatch, capsys):
+    """One .onnx file holds at most 2 GB (protobuf's limit): a folder whose weights reach it is
+    refused before anything is converted, pointing to the SavedModel, and nothing is written. The
+    limit is lowered to this datastore's float16 keys (its weights hold them as float32: more)."""
+    from kformer.models import export_plan
+
+    keys = np.load(tiny["folder"] / "retrieval" / "keys.npy", allow_pickle=False)
+    monkeypatch.setattr(export_plan, "ONNX_FILE_LIMIT", keys.nbytes)
+    assert main(["export", str(tiny["folder"]), "--format", "onnx", "--out", str(tmp_path / "onnx")]) == 5
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith("kformer: error: the model and its retrieval datastore hold ") and \
+        err.endswith("one ONNX file can hold; export it with --format saved_model, which has no such limit"), err
+    assert not (tmp_path / "onnx").exists()
+
+
 def test_bad_settings_are_one_typed_error(tiny, built):
     with pytest.raises(BadInput, match="between 0 and 1"):
         built.retrieval.with_settings(lam=1.5)

@@ -35,7 +35,7 @@ from kformer.artifacts import new_staging_folder
 from kformer.errors import BadInput
 from kformer.folders import EXPORT_MARKER, read_export_metadata
 from kformer.folders import EXPORT_METADATA as METADATA_FILE
-from kformer.models.export_plan import Endpoint, Plan, onnx_file, require_onnx
+from kformer.models.export_plan import Endpoint, Plan, check_onnx_size, onnx_file, require_onnx
 
 FORMATS = ("saved_model", "onnx")
 README_FILE = "README.txt"
@@ -72,6 +72,8 @@ def export(model_dir: str | os.PathLike, out: str | os.PathLike, format: str = "
         require_onnx()
     model = load(model_dir)
     plan = model.export_plan()
+    if format == "onnx":
+        check_onnx_size(plan.tracked)
     with replaced_folder(out) as stage:
         files = write_saved_model(plan, stage) if format == "saved_model" else write_onnx(plan, stage)
         plan.write_files(stage)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 from kformer.errors import Unsupported
 
 ONNX_OPSET = 17
+ONNX_FILE_LIMIT = 2**31  # bytes: protobuf's cap on one serialised message, hence on one .onnx file
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,21 @@ def require_onnx() -> None:
     from kformer.extras import require
 
     require("ONNX export", "export", ("onnx", "tf2onnx"), field="format")
+
+
+def check_onnx_size(resources) -> None:
+    """Unsupported, before anything is converted, when the weights the plan's ``resources`` hold
+    (the network, a translator's datastore) reach :data:`ONNX_FILE_LIMIT`: the file that holds
+    them could not be written."""
+    import numpy as np
+
+    held = sum(math.prod(w.shape) * np.dtype(w.dtype).itemsize for r in resources for w in getattr(r, "weights", ()))
+    if held >= ONNX_FILE_LIMIT:
+        holder = ("the model and its retrieval datastore hold" if any(getattr(r, "name", "") == "datastore"
+                                                                       for r in resources) else "the model holds")
+        raise Unsupported(f"{holder} {held / 1e9:.2f} GB of weights, more than the {ONNX_FILE_LIMIT / 1e9:.2f} GB "
+                          "one ONNX file can hold; export it with --format saved_model, which has no such limit",
+                          field="format")
 
 
 def onnx_file(endpoint: Endpoint, path: Path, model) -> None:
