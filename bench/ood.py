@@ -2,7 +2,7 @@
 
     flock /tmp/kformer-bench.lock python -m bench.ood [--datasets banking77,hwu64]
         [--systems scratch,scratch+none,minilm,minilm+none,freeze] [--seeds 3] [--recall 0.8]
-        [--minutes 5] [--minilm-minutes 6] [--no-record]
+        [--minutes 5] [--minilm-minutes 6] [--rows FILE [--table-only]] [--no-record]
 
 Per dataset a fixed list of intents (every 8th, alphabetically: 10 of BANKING77's 77, 8 of HWU64's
 64) is left out of training. Validation: in-scope texts (BANKING77: 10 % of each training intent;
@@ -33,6 +33,11 @@ texts of the held-out intents are never trained on. ``--seeds N`` trains each sy
 reports each row's mean (``test_auroc_sd``: the spread over seeds). A system named ``NAME+supcon=W``
 (after any ``+none``) is NAME trained with ``--contrastive-weight W`` (issue 34, "features that
 separate"); compare a few W on the validation AUROC to choose one.
+
+``--rows FILE`` keeps each finished training run's rows (one run: a dataset, a system and a seed)
+in a JSONL file; a rerun with the same file skips the runs already there, so a table can be made
+over several sittings, and ``--table-only`` makes it from the file alone (each row the mean of the
+seeds the file holds for it: the ``seeds`` column).
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.baselines import kformer_run, load
-from bench.harness import record_results, require_shared_data, results_table
+from bench.harness import append_rows, read_rows, record_results, require_shared_data, results_table
 from bench.headlines import Headline
 from bench.minilm import FREEZE_SETTINGS, _write_csv
 
@@ -195,7 +200,20 @@ def run(name: str, system: str, minutes: float, seed: int = 0, recall: float | N
     rows = score_rows(model, train_path, valid_path, test_path, held, recall)
     shutil.rmtree(out.parent, ignore_errors=True)
     return [{"dataset": name, "system": f"{name}: {system} -- {row['score']}", "auto_pick": row["score"] == picked,
-             **row, "train_s": trained["train_s"]} for row in rows]
+             **row, "train_s": trained["train_s"], "run": run_key(name, system, seed)} for row in rows]
+
+
+def run_key(name: str, system: str, seed: int) -> str:
+    """What names one training run in a ``--rows`` file."""
+    return f"{name}|{system}|{seed}"
+
+
+def kept_runs(rows: list[dict]) -> dict[str, list[dict]]:
+    """``{run key: its rows}`` of a ``--rows`` file's rows, in file order."""
+    runs: dict[str, list[dict]] = {}
+    for row in rows:
+        runs.setdefault(row["run"], []).append(row)
+    return runs
 
 
 def mean_rows(runs: list[list[dict]]) -> list[dict]:
@@ -234,16 +252,32 @@ def main() -> None:
                         help="thresholds set on validation for this out-of-scope recall (0: --calibrate's best accuracy)")
     parser.add_argument("--minutes", type=float, default=5.0, help="max_minutes of the scratch and freeze runs")
     parser.add_argument("--minilm-minutes", type=float, default=6.0, help="max_minutes of the MiniLM fine-tune")
+    parser.add_argument("--rows", type=Path, default=None, metavar="JSONL",
+                        help="keep each finished run's rows in this file; runs already in it are not repeated")
+    parser.add_argument("--table-only", action="store_true",
+                        help="train nothing: the table of the runs --rows holds for these datasets and systems")
     parser.add_argument("--no-record", action="store_true", help="print the table; do not append to BENCHMARKS.md")
     args = parser.parse_args()
+    if args.table_only and args.rows is None:
+        parser.error("--table-only makes the table of a --rows file: give --rows")
     recall = args.recall or None
+    kept = kept_runs(read_rows(args.rows))
     rows = []
     for name in args.datasets.split(","):
         for system in args.systems.split(","):
             minutes = args.minilm_minutes if system.startswith("minilm") else args.minutes
-            runs = [run(name, system, minutes, seed, recall) for seed in range(args.seeds)]
-            rows += mean_rows(runs)
-            print(rows[-len(runs[0]):], flush=True)
+            runs = []
+            for seed in range(args.seeds):
+                key = run_key(name, system, seed)
+                if key not in kept and not args.table_only:
+                    kept[key] = run(name, system, minutes, seed, recall)
+                    append_rows(args.rows, kept[key])
+                if key in kept:
+                    runs.append(kept[key])
+            if runs:
+                rows += mean_rows(runs)
+                print(rows[-len(runs[0]):], flush=True)
+    seeds = sorted({row["seeds"] for row in rows})
     notes = (
         "Held-out intents (every 8th alphabetically: BANKING77 10, HWU64 8) are left out of training; validation "
         "holds in-scope texts and out-of-scope texts of those intents (BANKING77: half their training texts; HWU64: "
@@ -252,7 +286,7 @@ def main() -> None:
         "intents' texts counted as out of scope. in_scope_accuracy counts a text routed to unknown as wrong; "
         "accuracy_drop_points = route-off minus routed in-scope accuracy. Target: drop <= 3 points, recall >= 0.80, "
         "test AUROC >= 0.95. One network per system and seed, scored with each score; "
-        f"{args.seeds} seed(s), the mean. " + (
+        f"{'/'.join(map(str, seeds))} seed(s) (the seeds column), the mean. " + (
             f"Thresholds: set on validation for {recall:g} out-of-scope recall (issue 34). " if recall else "") +
         f"NAME+none: trained with the held-out intents' spare training texts as '{NONE_LABEL}' rows "
         "(--unknown-label, outlier exposure; unknown_weight 1). Issue 34 targets: test AUROC >= 0.93 (scratch), "

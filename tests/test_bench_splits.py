@@ -123,6 +123,35 @@ def test_ood_rows_of_several_seeds_are_their_mean_with_the_auroc_spread():
     assert row["seeds"] == 3 and row["meets_target"] is False and row["in_scope_accuracy"] == pytest.approx(0.9)
 
 
+def test_ood_rows_file_keeps_each_run_and_a_rerun_trains_only_the_missing_ones(tmp_path, monkeypatch, capsys):
+    """``--rows``: each (dataset, system, seed) run is appended as it ends; a rerun with more seeds
+    trains only the new ones; ``--table-only`` trains nothing and averages the seeds the file has."""
+    import sys
+
+    from bench import ood
+
+    trained = []
+
+    def fake_run(name, system, minutes, seed, recall):
+        trained.append((name, system, seed))
+        return [{"dataset": name, "system": f"{name}: {system} -- knn", "score": "knn", "auto_pick": True,
+                 "test_auroc": 0.9 + seed / 100, "meets_target": False, "train_s": 1.0,
+                 "run": ood.run_key(name, system, seed)}]
+
+    monkeypatch.setattr(ood, "run", fake_run)
+    rows = tmp_path / "rows.jsonl"
+    argv = ["bench.ood", "--datasets", "banking77", "--systems", "minilm+none", "--rows", str(rows), "--no-record"]
+    for extra in (["--seeds", "1"], ["--seeds", "2"], ["--seeds", "3", "--table-only"]):
+        monkeypatch.setattr(sys, "argv", [*argv, *extra])
+        capsys.readouterr()
+        ood.main()
+    assert trained == [("banking77", "minilm+none", 0), ("banking77", "minilm+none", 1)]
+    assert len(rows.read_text(encoding="utf-8").splitlines()) == 2
+    table = capsys.readouterr().out
+    assert "| banking77: minilm+none -- knn (auto's pick) | knn |" in table and "| 0.9050 |" in table
+    assert "2 seed(s) (the seeds column)" in table
+
+
 # --- bench/en_ta_levers.py: whole documents held out ---------------------------------------------------
 
 
