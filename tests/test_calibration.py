@@ -134,8 +134,11 @@ def test_calibrated_folder_routes_low_confidence_texts_to_unknown_by_default(tmp
     valid_rows += [(f"what is the weather like on day {i} in town", "Weather") for i in range(20)]  # out of scope
     valid = write_csv(tmp_path / "valid.csv", valid_rows)
     out = tmp_path / "model"
+    # --contrastive-weight 0: the route by probability as trained without the term (auto turns it on here,
+    # out-of-scope validation texts being present; tests/test_classify_contrastive.py trains with it)
     assert main(["train", "classify", "--data", str(train), "--valid", str(valid), "--out", str(out), "--calibrate", "--ood-score", "probability",
-                 "--epochs", "8", "--max-length", "16", "--vocab-size", "200", "--batch-size", "16", "--quiet"]) == 0
+                 "--epochs", "8", "--max-length", "16", "--vocab-size", "200", "--batch-size", "16", "--quiet",
+                 "--contrastive-weight", "0"]) == 0
     metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
     calibration = metrics["calibration"]
     assert calibration["labels_out_of_scope"] == ["Weather"] and calibration["valid_out_of_scope"] == 20

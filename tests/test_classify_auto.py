@@ -106,7 +106,7 @@ def test_explicit_values_win_and_later_rules_build_on_them():
     assert (config.heads, config.ff_dim) == (2, 192) and config.patience == 3
     assert not {"dim", "batch_size", "epochs", "max_length"} & set(auto)
     assert set(auto) == {"truncation", "vocab_size", "heads", "ff_dim", "blocks", "learning_rate", "label_smoothing",
-                         "dropout", "patience", "wide", "calibrate", "ood_score", "refit"}
+                         "dropout", "patience", "wide", "calibrate", "ood_score", "refit", "contrastive_weight"}
     assert all(item["why"] for item in auto.values())
 
 
@@ -130,9 +130,29 @@ def test_shipped_recipes_train_as_before(recipe):
     for data in (stats(300, 2, 5), stats(50_000, 80, 300)):
         chosen, auto = choose(config, data)
         assert {name: getattr(chosen, name) for name in OLD_DEFAULTS} == expected
-        assert set(auto.to_json()) - {"calibrate", "ood_score"} <= set(UNUSED_BY_PRETRAINED)
+        assert set(auto.to_json()) - {"calibrate", "ood_score", "contrastive_weight"} <= set(UNUSED_BY_PRETRAINED)
         # data without out-of-scope examples: no recipe calibrates, the unknown route reads as before
-        assert chosen.calibrate is False and chosen.ood_score == "probability"
+        assert chosen.calibrate is False and chosen.ood_score == "probability" and chosen.contrastive_weight == 0
+
+
+def test_the_contrastive_term_trains_own_encoders_for_an_unknown_route_only():
+    """On for kformer's own encoder when the data holds out-of-scope examples (what it is for);
+    off without them, for a pretrained backbone, with freeze, and when given."""
+    import dataclasses
+
+    from kformer.tasks.classify.auto import SCRATCH_CONTRASTIVE
+
+    intents = stats(9_000, 77, 12)
+    routed = dataclasses.replace(intents, unknown_rows=400)
+    assert resolved(routed)[0].contrastive_weight == SCRATCH_CONTRASTIVE > 0
+    assert "400 out-of-scope examples" in resolved(routed)[1]["contrastive_weight"]["why"]
+    for data, settings, why in [(intents, {}, "no out-of-scope examples"),
+                                (routed, {"backbone": "minilm"}, "pretrained"),
+                                (routed, {"backbone": "minilm", "freeze": True}, "freeze")]:
+        config, auto = resolved(data, **settings)
+        assert config.contrastive_weight == 0 and why in auto["contrastive_weight"]["why"]
+    config, auto = resolved(routed, contrastive_weight=0.3)
+    assert config.contrastive_weight == 0.3 and "contrastive_weight" not in auto
 
 
 def test_data_stats_measure_words_and_sample_huge_sets():

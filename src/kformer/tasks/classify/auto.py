@@ -80,6 +80,11 @@ BUDGET_SHARE, BUDGET_SETUP_S = 0.9, 20.0  # share of max_minutes planned for; se
 CPU_MACS_PER_SECOND = 6.0e9  # multiply-adds per second of training
 STEP_SECONDS = 0.03  # fixed cost of an optimizer step (dispatch, the AdamW update, bucketing)
 PRETRAINED_SHAPE = (6, 384, 1536)  # layers, width, feed-forward width of all-MiniLM-L6-v2
+# The supervised contrastive term's weight for kformer's own encoder when the data holds out-of-scope
+# examples, chosen on the validation AUROC of bench/ood.py's held-out intents (BENCHMARKS.md, "Out-of-scope
+# routing"), with their "none of these" rows: 0, 0.1, 0.3, 1 and 3 on BANKING77, 0, 1 and 3 on HWU64; 1 the best
+# on both. For a fine-tuned MiniLM the term (0.3) lowered the validation AUROC: 0 there.
+SCRATCH_CONTRASTIVE = 1.0
 # what a pretrained backbone ignores keeps the value kformer used before "auto"
 UNUSED_WHY = "not used:"
 UNUSED_BY_PRETRAINED = {"vocab_size": 8000, "dim": 64, "heads": 2, "ff_dim": 128, "blocks": 1, "truncation": "head"}
@@ -386,6 +391,23 @@ def _ood_score(config: ClassifyConfig, stats: DataStats) -> tuple[str, str]:
     return "probability", ("calibrate, " + ("freeze" if config.freeze else "backbone scratch") + ": the best class "
                            "probability (the best validation AUROC for kformer's own encoder and a frozen backbone in "
                            "bench/ood.py)")
+
+
+@RULES.rule("contrastive_weight", summary=f"{SCRATCH_CONTRASTIVE:g} for kformer's own encoder when the data holds "
+            "out-of-scope examples (unknown_label rows, or validation texts of labels training lacks); else 0 (a "
+            "pretrained backbone, freeze, or no unknown route to train for)")
+def _contrastive_weight(config: ClassifyConfig, stats: DataStats) -> tuple[float, str]:
+    if config.freeze:
+        return 0.0, "freeze: only a head trains on fixed text vectors"
+    if not stats.unknown_rows:
+        return 0.0, ("no out-of-scope examples: no unknown route to train the text vectors for (the term's batches "
+                     "of one class's runs pad wider)")
+    if not config.scratch:
+        return 0.0, (f"backbone {config.backbone} is pretrained: the term lowered a fine-tuned MiniLM's validation "
+                     "AUROC on bench/ood.py's held-out intents")
+    return SCRATCH_CONTRASTIVE, (f"{stats.unknown_rows:,} out-of-scope examples: pulls each class's text vectors "
+                                 "together, which the distance scores read (the best validation AUROC for kformer's "
+                                 "own encoder on bench/ood.py's held-out intents)")
 
 
 # --- the time estimate behind epochs -------------------------------------------------------------------

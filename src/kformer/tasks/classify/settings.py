@@ -91,12 +91,12 @@ class ClassifyConfig(TaskSettings):
         "the network again from scratch on the training and validation texts together for that many epochs (and the "
         "wide part, as wide_refit); metrics.json \"valid\" keeps the first network's validation scores, \"refit\" "
         "what the second run did; its time counts in max_minutes. Not with calibrate or freeze")
-    contrastive_weight: float = setting(
-        0.0, "training", "> 0: add this weight times a supervised contrastive loss (SupCon, Khosla et al. 2020) of the "
+    contrastive_weight: float | Auto = setting(
+        AUTO, "training", "> 0: add this weight times a supervised contrastive loss (SupCon, Khosla et al. 2020) of the "
         "L2-normalised pooled text vectors of each training batch to the cross-entropy, pulling each class's texts "
         "into a tight cluster (what the distance ood scores measure); an anchor's positives are the other texts of "
         "its class in the batch (a text with none adds nothing: see contrastive_per_class), unknown_label rows are "
-        "only pushed away; choose it on validation (bench.ood); 0: off. Not with freeze",
+        "only pushed away; 0: off. Not with freeze",
         metavar="W")
     contrastive_temperature: float = setting(
         CONTRASTIVE_TEMPERATURE, "training", "the supervised contrastive loss's temperature (0.1: Khosla et al. 2020's common "
@@ -182,7 +182,8 @@ class ClassifyConfig(TaskSettings):
             raise BadInput("{field} " + ("must name a label" if not self.unknown_label.strip() else
                            "trains the whole network away from confident answers; freeze trains only a head: use one "
                            "or the other"), field="unknown_label")
-        if self.contrastive_weight < 0 or (self.contrastive_weight > 0 and self.freeze):
+        if self.contrastive_weight != AUTO and (self.contrastive_weight < 0 or
+                                                (self.contrastive_weight > 0 and self.freeze)):
             raise BadInput(f"setting {{field}} = {self.contrastive_weight} " + (
                 "must be 0 (off) or above" if self.contrastive_weight < 0 else "trains the text vectors; freeze keeps "
                 "the backbone that makes them (only a head trains): use one or the other"), field="contrastive_weight")
