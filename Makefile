@@ -55,8 +55,8 @@ test: $(TEST_STAMP) $(KSERVE_STAMP) browser  ## lint, the whole suite (TensorFlo
 	KFORMER_KSERVE_PYTHON=$(KSERVE_VENV)/bin/python KFORMER_THREADS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 	KERAS_BACKEND=jax $(BIN)/python -m pytest -n $(TEST_WORKERS) tests/layers
 
-test-fast: $(TEST_STAMP) browser  ## the tests not marked slow (no training runs)
-	$(BIN)/python -m pytest -m "not slow"
+test-fast: $(TEST_STAMP) browser  ## the tests not marked slow (no training runs), on TEST_WORKERS workers
+	$(BIN)/python -m pytest -m "not slow" -n $(TEST_WORKERS)
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check src tests bench
