@@ -73,7 +73,7 @@ def export(model_dir: str | os.PathLike, out: str | os.PathLike, format: str = "
     model = load(model_dir)
     plan = model.export_plan()
     if format == "onnx":
-        check_onnx_size(plan.tracked)
+        check_onnx_size(plan)
     with replaced_folder(out) as stage:
         files = write_saved_model(plan, stage) if format == "saved_model" else write_onnx(plan, stage)
         plan.write_files(stage)

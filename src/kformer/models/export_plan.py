@@ -87,16 +87,15 @@ def require_onnx() -> None:
     require("ONNX export", "export", ("onnx", "tf2onnx"), field="format")
 
 
-def check_onnx_size(resources) -> None:
-    """Unsupported, before anything is converted, when the weights the plan's ``resources`` hold
-    (the network, a translator's datastore) reach :data:`ONNX_FILE_LIMIT`: the file that holds
-    them could not be written."""
+def check_onnx_size(plan: Plan) -> None:
+    """Unsupported, before anything is converted, when the weights ``plan`` tracks (the network,
+    a translator's datastore: ``info["retrieval"]``) reach :data:`ONNX_FILE_LIMIT`: the file that
+    holds them could not be written."""
     import numpy as np
 
-    held = sum(math.prod(w.shape) * np.dtype(w.dtype).itemsize for r in resources for w in getattr(r, "weights", ()))
+    held = sum(math.prod(w.shape) * np.dtype(w.dtype).itemsize for r in plan.tracked for w in getattr(r, "weights", ()))
     if held >= ONNX_FILE_LIMIT:
-        holder = ("the model and its retrieval datastore hold" if any(getattr(r, "name", "") == "datastore"
-                                                                       for r in resources) else "the model holds")
+        holder = "the model and its retrieval datastore hold" if "retrieval" in plan.info else "the model holds"
         raise Unsupported(f"{holder} {held / 1e9:.2f} GB of weights, more than the {ONNX_FILE_LIMIT / 1e9:.2f} GB "
                           "one ONNX file can hold; export it with --format saved_model, which has no such limit",
                           field="format")
