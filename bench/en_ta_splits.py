@@ -16,6 +16,10 @@ hold-outs, and every other pair of every corpus as training, all with fixed seed
   (``Pair.corpus``, so corpus tags and weights apply). Then every training pair whose normalised
   source (NFC, case-folded, punctuation and whitespace collapsed) is a test or validation source
   of either hold-out is removed, whatever its corpus; :attr:`EnTaSplit.removed` counts them.
+
+``python -m bench.en_ta_splits --write DIR`` writes the split as files for the CLI (:func:`write`):
+
+    kformer train translate --data DIR/train --valid DIR/valid.tsv --test DIR/test.tsv --recipe en-ta --out runs/en-ta
 """
 
 from __future__ import annotations
@@ -153,3 +157,41 @@ def split(limit: int | None = None, data=require_shared_data) -> EnTaSplit:
         test = {k: v[: max(limit // 10, 10)] for k, v in test.items()}
         valid = {k: v[: max(limit // 20, 5)] for k, v in valid.items()}
     return EnTaSplit(train, test, valid, removed, test_documents)
+
+
+def write(parts: EnTaSplit, folder) -> dict[str, int]:
+    """Write ``parts`` under ``folder`` as the CLI reads them: ``train/`` one pair file per corpus,
+    at the path :mod:`kformer.data.corpora` names it by (``train/en-ta-bible/en-ta.tsv`` is
+    ``en-ta-bible``, ``train/en-ta-nlpc-uom/glossary.tsv`` ``en-ta-nlpc-uom/glossary``), so
+    ``--data folder/train`` keeps every corpus's weight and tag; ``valid.tsv`` (both kinds,
+    interleaved), ``test.tsv`` (TICO-19 then Joshua IPC) and ``test-tico.tsv`` / ``test-ipc.tsv``.
+    Returns the lines written per file (relative path -> pairs)."""
+    from pathlib import Path
+
+    from kformer.data.pairs import write_pairs
+
+    root, written = Path(folder), {}
+    files = {f"train/{name}.tsv" if "/" in name else f"train/{name}/en-ta.tsv": parts.train_of([name])
+             for name in dict.fromkeys(pair.corpus for pair in parts.train)}
+    files |= {"valid.tsv": parts.valid_pairs(), "test.tsv": [p for part in parts.test.values() for p in part]}
+    files |= {f"test-{name}.tsv": pairs for name, pairs in parts.test.items()}
+    for relative, pairs in files.items():
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        write_pairs(root / relative, pairs)
+        written[relative] = len(pairs)
+    return written
+
+
+def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Write bench/en_ta.py's English->Tamil split as pair files.")
+    parser.add_argument("--write", required=True, metavar="DIR", help="folder to write train/, valid.tsv and test*.tsv")
+    parser.add_argument("--limit", type=int, default=None, help="at most N training pairs per corpus (smoke runs)")
+    args = parser.parse_args()
+    for relative, count in write(split(args.limit), args.write).items():
+        print(f"{count:>7,}  {args.write}/{relative}")
+
+
+if __name__ == "__main__":
+    main()

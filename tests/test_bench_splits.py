@@ -407,3 +407,25 @@ def test_en_ta_split_keeps_held_out_sentences_out_of_training(tmp_path, monkeypa
     assert {p.corpus for p in split.valid_pairs()[:2]} == {"en-ta-tico19", "en-ta-joshua-ipc"}  # interleaved
     again = en_ta.split(data=lambda *parts: tmp_path.joinpath(*parts))
     assert (again.train, again.test, again.valid) == (split.train, split.test, split.valid)  # fixed seeds
+
+
+def test_en_ta_split_writes_files_the_cli_reads_as_the_same_corpora(tmp_path, monkeypatch):
+    import bench.en_ta_splits as en_ta
+    from kformer.data.corpora import read_corpora
+    from kformer.data.pairs import read_pairs
+
+    data = tmp_path / "data"
+    data.mkdir()
+    _tico(data)
+    _en_ta_corpora(data)
+    monkeypatch.setattr(en_ta, "IPC_TEST", 6)
+    monkeypatch.setattr(en_ta, "IPC_VALID", 4)
+    split = en_ta.split(data=lambda *parts: data.joinpath(*parts))
+    written = en_ta.write(split, tmp_path / "out")
+    corpora = {corpus.name: pairs for corpus, pairs in read_corpora(tmp_path / "out" / "train")}
+    assert set(corpora) == set(en_ta.CORPORA)  # each corpus under the name the bench gives it
+    for name, pairs in corpora.items():
+        assert [(p.source, p.target) for p in pairs] == [(p.source, p.target) for p in split.train_of([name])]
+    tico = [(p.source, p.target) for p in read_pairs(tmp_path / "out" / "test-tico.tsv")]
+    assert tico == [(p.source, p.target) for p in split.test["tico"]]
+    assert written["test.tsv"] == len(split.test["tico"]) + 6 and written["valid.tsv"] == len(split.valid_pairs())

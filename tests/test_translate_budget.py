@@ -116,10 +116,23 @@ def test_tuning_that_cannot_fit_keeps_the_default_weights_and_says_so(monkeypatc
                                 lam=0.3)
     budget = budgets.CommandBudget(deadline=clock.t + 10, estimates={"evaluation": 5.0})
     pairs = [Pair(f"s{i}", f"t{i}") for i in range(50)]
+    budget.costs = budgets.PhaseCosts(decode_pair=0.5)
     tuned = phases.tuning(None, store, pairs, budget, events.append)  # 5 s at 0.5 s a pair: not 30 x 4
     assert (tuned.lam, tuned.k) == (0.3, 8) and "default weights" in tuned.tuning["skipped"]
     assert budget.phases[0]["name"] == "tuning" and "skipped" in budget.phases[0]["cut"]
     assert events[-1].stage == "phase_end" and "default weights" in events[-1].line()
+
+
+@pytest.mark.parametrize(("with_it", "without", "kept"), [(20.0, 25.0, False), (25.0, 25.0, True), (26.0, 25.0, True)])
+def test_a_datastore_that_scores_lower_than_none_on_validation_is_left_out(with_it, without, kept):
+    store = retrieval.Datastore(np.zeros((4, 2), "float16"), np.arange(4, dtype="int32"), k=2, temperature=1.0, lam=0.3,
+                                tuning={"chrf_with": with_it, "chrf_without": without, "valid_pairs": 40})
+    events = []
+    assert (phases.kept(store, events.append) is store) is kept
+    assert bool(events) is not kept  # leaving it out is said, in one line
+    assert kept or f"{with_it:.2f} with it, {without:.2f} without" in events[0].line()
+    untimed = replace(store, tuning={"chrf_with": 1.0})  # no score without it (no time): kept
+    assert phases.kept(untimed, None) is untimed and phases.kept(None, None) is None
 
 
 def test_the_test_decoding_scores_what_fits_and_says_it_was_cut(monkeypatch):

@@ -175,6 +175,19 @@ def test_the_mix_chooses_weights_only_when_none_are_given():
     assert list(auto.groups(train[28:])) == [0, 0, 1, 1, 1]
 
 
+def test_a_cut_datastore_keeps_the_most_weighted_corpora_first_each_shuffled():
+    train = _train_pairs({"big": 30, "small": 3, "mid": 10})  # in file order: big first
+    mix = domains.corpus_mix([Corpus("big"), Corpus("small"), Corpus("mid")], train, tags_on=False)
+    order = domains.datastore_order(mix, mix.groups(train), len(train), seed=0)
+    assert sorted(order) == list(range(len(train)))  # every pair once
+    corpora = [train[i].corpus for i in order]
+    assert corpora == ["small"] * 3 + ["mid"] * 10 + ["big"] * 30  # auto weights small corpora up per pair
+    assert list(order[13:]) != list(range(13, 43))  # a corpus's own pairs in a seeded random order
+    assert list(order) == list(domains.datastore_order(mix, mix.groups(train), len(train), seed=0))
+    alone = domains.datastore_order(None, None, 30, seed=1)
+    assert sorted(alone) == list(range(30)) and list(alone) != list(range(30))
+
+
 def test_the_settings_line_shows_the_chosen_weights():
     line = describe(10, 20, {"corpus_weights": {"value": {"a": 0.5, "b": 3.25}}, "dim": {"value": 32}})
     assert "corpus_weights=a:0.5,b:3.25, dim=32" in line

@@ -29,18 +29,20 @@ PHASES = ("training", "datastore", "tuning", "evaluation", "writing")  # in the 
 class PhaseCosts:
     """Seconds per item of the phases after training, on a 2-core CPU, before the run measures its own.
 
-    Where they come from: issue 32's en-ta run (17,000 pairs, MiniLM encoder, a 2-core AVX2 CPU)
-    built its datastore and then tuned for more than 22 minutes without finishing the grid's 19
-    settings of 150 greedy decodes: at least ~0.45 s a validation pair with retrieval, so
-    ``decode_pair`` 0.5 (beam search costs ``beam`` times as much). A teacher-forced pass is about a
-    third of a training step, and the base model trains ~1,600 target tokens a second (auto.SIZES):
-    ``datastore_token`` at 2,000 tokens a second leaves room for the encoder's pass. Writing: the
-    model and ~1 KB of keys per datastore entry, at a disk's ~50 MB a second, plus a few seconds.
-    Tuning replaces ``decode_pair`` by what its own decodes measured (the test decoding uses that).
+    Where they come from: the en-ta recipe on all seven English-Tamil corpora (73,000 pairs, frozen
+    MiniLM encoder, 2-core AVX-512 CPU, 2026-12-06; BENCHMARKS.md): its datastore encoded ~2,340
+    target tokens a second (``datastore_token`` 1/2,000 leaves room for a slower CPU); tuning decoded
+    validation pairs greedily with retrieval (IVF over 667,000 entries) at ~0.03-0.05 s a pair in
+    batches, and the test decoding at beam 4 ~0.2 s a pair, so ``decode_pair`` 0.08 (beam search
+    costs ``beam`` times as much). The 0.5 s a pair these replace (issue 32's report of a tuning
+    that searched 17,000 pairs' datastore by brute force, one machine) gave training half of a
+    30-minute budget and the later phases 4x the time they took. Writing: the model and ~1 KB of
+    keys per datastore entry, at a disk's ~50 MB a second, plus a few seconds. Tuning replaces
+    ``decode_pair`` by what its own decodes measured (the test decoding uses that).
     """
 
     datastore_token: float = 1 / 2000
-    decode_pair: float = 0.5
+    decode_pair: float = 0.08
     write_entry: float = 1 / 50_000
     write_fixed: float = 3.0
 

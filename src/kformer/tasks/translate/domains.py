@@ -99,6 +99,19 @@ def epoch_rows(mix: CorpusMix, train, seed: int) -> np.ndarray:
     return weighted_draw(mix.groups(train), mix.weights, np.random.default_rng(seed))
 
 
+def datastore_order(mix: CorpusMix | None, groups: np.ndarray | None, count: int, seed: int) -> np.ndarray:
+    """``(count,)`` the training pairs in the order a datastore cut short by the time budget keeps
+    them: the pairs of the corpora of highest weight first (the ones each epoch trains most often
+    per pair: auto's temperature favours small in-domain corpora), each corpus's pairs in a seeded
+    random order (a file's order says nothing; its first lines are often one book or document)."""
+    rng = np.random.default_rng(seed)
+    shuffled = rng.permutation(count)
+    if mix is None or groups is None or mix.weights is None:
+        return shuffled
+    weight = np.asarray(mix.weights)[np.asarray(groups)[shuffled]]
+    return shuffled[np.argsort(-weight, kind="stable")]
+
+
 def records(mix: CorpusMix, splits: dict[str, list]) -> list[dict[str, Any]]:
     """What the folder records per corpus: name, file, training pairs, weight, tag, and the pairs
     of each split (``splits``: ``{"train": pairs, "valid": ..., "test": ...}``)."""

@@ -45,10 +45,13 @@ def _reporter(progress, name: str, total: int, budget: CommandBudget):
     return PhaseReporter(progress, name, total, deadline=budget.deadline, clock=budgets.now)
 
 
-def datastore(translator, train, budget: CommandBudget, progress: Progress | None) -> Datastore | None:
-    """The datastore of the encoded training pairs ``train`` (as many as fit the time left, in their
-    order; None when none does)."""
-    started, sources, targets = budgets.now(), *train
+def datastore(translator, train, budget: CommandBudget, progress: Progress | None,
+              order: Sequence[int] | None = None) -> Datastore | None:
+    """The datastore of the encoded training pairs ``train`` (as many as fit the time left, taken in
+    ``order``, default theirs: :func:`~.domains.datastore_order`; None when none fits)."""
+    started, (sources, targets) = budgets.now(), train
+    if order is not None:
+        sources, targets = [sources[i] for i in order], [targets[i] for i in order]
     tokens = [len(target) + 1 for target in targets]
     count, left = len(tokens), budget.left_for("datastore")
     if left is not None:
@@ -103,6 +106,19 @@ def tuning(translator, store: Datastore, valid_pairs: Sequence[Pair], budget: Co
     cut = "; ".join(filter(None, [size.cut, stopped and f"the search stopped after {stopped} settings"])) or None
     budget.record("tuning", started, budget.estimates.get("tuning"), cut)
     return replace(tuned, tuning={**tuned.tuning, **store.tuning})
+
+
+def kept(store: Datastore | None, progress: Progress | None) -> Datastore | None:
+    """``store``, or None when its tuning scored the validation pairs lower with retrieval than
+    without it (a datastore of far-off corpora, a model too weak to search with): the folder then
+    decodes without one, and ``store.tuning`` says why (:meth:`Translate.evaluate` records it)."""
+    tuning = {} if store is None else store.tuning
+    with_it, without = tuning.get("chrf_with"), tuning.get("chrf_without")
+    if with_it is None or without is None or with_it >= without:
+        return store
+    note(progress, f"retrieval left out: validation chrF {with_it:.2f} with it, {without:.2f} without "
+         f"({tuning.get('valid_pairs')} pairs, greedy); the folder decodes without a datastore")
+    return None
 
 
 def evaluation(translator, pairs: Sequence[Pair], beam: int, budget: CommandBudget, progress: Progress | None,

@@ -85,7 +85,7 @@ class TranslateConfig(TaskSettings):
     retrieval: Literal["off", "on"] | Auto = setting(
         AUTO, "training", "on: after training, store the decoder state at every target token of the training pairs in "
         "the folder and decode with its nearest neighbours mixed in (kNN-MT), its weights chosen by greedy chrF on up "
-        "to 150 validation pairs")
+        "to 150 validation pairs, and left out when those pairs score lower with it than without it")
     max_minutes: float | None = setting(
         None, "training", "minutes for the whole command: training gets what the estimates of the datastore, retrieval "
         "tuning, test decoding and writing leave (at least half), keeping its best weights, and each of those "

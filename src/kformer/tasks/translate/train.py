@@ -94,6 +94,7 @@ class _Fitted:
     test_translations: list[str] = field(default_factory=list)  # filled by evaluate, written with the folder
     test_pairs: list[Pair] = field(default_factory=list)  # the test pairs those translate (what the budget allowed)
     retrieval: Any = None  # the kNN-MT datastore (retrieval "on"), built by assemble
+    retrieval_left_out: dict | None = None  # the tuning of a datastore validation left out (phases.kept)
 
 
 class TranslateRun(skeleton.TrainingRun):
@@ -155,10 +156,13 @@ class TranslateRun(skeleton.TrainingRun):
         if prepared.config.retrieval == "on":
             translator = Translator(fitted.model, prepared.source_vocab, prepared.target_vocab, Path("."),
                                     prepared.manifest())
-            store = phases.datastore(translator, prepared.train, self.budget, self.reports)
+            order = domains.datastore_order(prepared.mix, prepared.groups, len(prepared.train[0]), prepared.config.seed)
+            store = phases.datastore(translator, prepared.train, self.budget, self.reports, order)
             if store is not None:
                 store = phases.tuning(translator, store, prepared.valid_pairs, self.budget, self.reports)
-            fitted.retrieval = store
+            fitted.retrieval = phases.kept(store, self.reports)
+            if store is not None and fitted.retrieval is None:
+                fitted.retrieval_left_out = {k: v for k, v in store.tuning.items() if k != "scores"}
         return fitted
 
     def evaluate(self, prepared: _Prepared, fitted: _Fitted) -> dict[str, Any]:
@@ -170,6 +174,8 @@ class TranslateRun(skeleton.TrainingRun):
         metrics = _metrics(prepared, fitted, scores, budgets.now() - self.started)
         if fitted.retrieval is not None:
             metrics["retrieval"] = {k: v for k, v in fitted.retrieval.manifest_entry().items() if k not in ("keys", "values")}
+        elif fitted.retrieval_left_out:
+            metrics["retrieval"] = {"left_out": "validation chrF lower with it than without", **fitted.retrieval_left_out}
         writing = self.budget.estimates.get("writing")  # its seconds are not known when metrics.json is written
         metrics["phases"] = [*self.budget.phases, {"name": "writing", "estimated_seconds": writing and round(writing, 1),
                                                    "seconds": None, "cut": None}]
