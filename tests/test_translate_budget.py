@@ -57,11 +57,16 @@ def test_an_earlier_phase_comes_first_leaving_the_later_ones_their_floors(monkey
 
 
 def test_estimates_follow_the_sizes_and_the_costs():
-    costs = budgets.PhaseCosts(datastore_token=0.001, decode_pair=0.5, write_entry=0.0001, write_fixed=2.0)
+    costs = budgets.PhaseCosts(datastore_token=0.001, decode_pair=0.5, write_entry=0.0001, write_fixed=2.0,
+                               decode_fixed=7.0)
     sizes = budgets.PhaseSizes(target_tokens=10_000, tune_pairs=150, grid_settings=19, coarse_settings=4,
                                test_pairs=200, beam=4)
     assert budgets.estimate_phases(sizes, costs) == pytest.approx(
-        {"datastore": 10.0, "tuning": 150 * 19 * 0.5, "evaluation": 200 * 0.5 * 4, "writing": 3.0})
+        {"datastore": 10.0, "tuning": 7 + 150 * 19 * 0.5, "evaluation": 7 + 200 * 0.5 * 4, "writing": 3.0})
+    floors = budgets.phase_floors(sizes, costs)  # each decoding phase compiles its loop once, however few its pairs
+    assert floors["tuning"] == pytest.approx(7 + 30 * 4 * 0.5) and floors["evaluation"] == pytest.approx(7 + 100 * 2)
+    budget = budgets.CommandBudget(budgets.now() + 500, costs=costs)
+    assert budget.decoding_seconds("evaluation") == pytest.approx(budget.left_for("evaluation") - 7, abs=0.1)
     off = budgets.estimate_phases(replace(sizes, retrieval=False), costs)
     assert off["datastore"] == off["tuning"] == 0 and off["writing"] == 2.0
 
@@ -170,7 +175,7 @@ def test_a_budgeted_run_shrinks_training_cuts_tuning_and_fits_the_budget(tmp_pat
         return real_translate(self, texts, **options)
 
     monkeypatch.setattr(translate.Translator, "translate", slow_translate)
-    monkeypatch.setattr(budgets, "COSTS", replace(budgets.COSTS, decode_pair=1.0))
+    monkeypatch.setattr(budgets, "COSTS", replace(budgets.COSTS, decode_pair=1.0, decode_fixed=0.0))
     events, started = [], budgets.now()
     result = translate.train({**TINY, "retrieval": "on", "max_minutes": 1.0}, files[0], tmp_path / "model",
                              valid=files[1], test=files[2], progress=events.append)

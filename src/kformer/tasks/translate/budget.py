@@ -37,12 +37,16 @@ class PhaseCosts:
     costs ``beam`` times as much). The 0.5 s a pair these replace (issue 32's report of a tuning
     that searched 17,000 pairs' datastore by brute force, one machine) gave training half of a
     30-minute budget and the later phases 4x the time they took. Writing: the model and ~1 KB of
-    keys per datastore entry, at a disk's ~50 MB a second, plus a few seconds. Tuning replaces
-    ``decode_pair`` by what its own decodes measured (the test decoding uses that).
+    keys per datastore entry, at a disk's ~50 MB a second, plus a few seconds. ``decode_fixed``: what
+    a decoding phase spends before its first pair (the decode loop compiled for its beam, the
+    datastore's keys made a tensor): 23-28 s for tuning's and up to ~75 s for beam 4's on a
+    million entries, the same run. Tuning replaces ``decode_pair`` by what its own decodes
+    measured (the test decoding uses that).
     """
 
     datastore_token: float = 1 / 2000
     decode_pair: float = 0.08
+    decode_fixed: float = 45.0
     write_entry: float = 1 / 50_000
     write_fixed: float = 3.0
 
@@ -80,8 +84,8 @@ def estimate_phases(sizes: PhaseSizes, costs: PhaseCosts | None = None) -> dict[
     costs, on = costs or COSTS, sizes.retrieval
     return {
         "datastore": sizes.target_tokens * costs.datastore_token if on else 0.0,
-        "tuning": sizes.tune_pairs * sizes.grid_settings * costs.decode_pair if on else 0.0,
-        "evaluation": sizes.test_pairs * costs.decode_pair * sizes.beam,
+        "tuning": costs.decode_fixed + sizes.tune_pairs * sizes.grid_settings * costs.decode_pair if on else 0.0,
+        "evaluation": costs.decode_fixed + sizes.test_pairs * costs.decode_pair * sizes.beam,
         "writing": costs.write_fixed + (sizes.target_tokens * costs.write_entry if on else 0.0),
     }
 
@@ -90,8 +94,8 @@ def phase_floors(sizes: PhaseSizes, costs: PhaseCosts | None = None) -> dict[str
     """The least seconds of each phase after training worth leaving it: tuning's floor of pairs on
     the coarse grid, :data:`EVALUATION_FLOOR_PAIRS` test pairs, the datastore and writing whole."""
     costs, estimates = costs or COSTS, estimate_phases(sizes, costs)
-    tune_floor = min(sizes.tune_pairs, TUNE_FLOOR_PAIRS) * sizes.coarse_settings * costs.decode_pair
-    evaluation_floor = min(sizes.test_pairs, EVALUATION_FLOOR_PAIRS) * costs.decode_pair * sizes.beam
+    tune_floor = costs.decode_fixed + min(sizes.tune_pairs, TUNE_FLOOR_PAIRS) * sizes.coarse_settings * costs.decode_pair
+    evaluation_floor = costs.decode_fixed + min(sizes.test_pairs, EVALUATION_FLOOR_PAIRS) * costs.decode_pair * sizes.beam
     return {**estimates, "tuning": tune_floor if sizes.retrieval else 0.0, "evaluation": evaluation_floor}
 
 
@@ -169,6 +173,12 @@ class CommandBudget:
         estimated = sum(self.estimates.get(name, 0.0) for name in later)
         floors = sum(self.floors.get(name, self.estimates.get(name, 0.0)) for name in later)
         return max(left - estimated, min(own, left - floors))
+
+    def decoding_seconds(self, phase: str) -> float | None:
+        """What a decoding ``phase`` may spend on its pairs: :meth:`left_for` less the decode loop's
+        compilation (``costs.decode_fixed``); None: no budget."""
+        left = self.left_for(phase)
+        return None if left is None else left - self.costs.decode_fixed
 
     def measured(self, seconds_per_pair: float) -> None:
         """Decoding measured at ``seconds_per_pair`` (greedy): what later sizing assumes."""

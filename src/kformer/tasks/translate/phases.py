@@ -79,7 +79,7 @@ def tuning(translator, store: Datastore, valid_pairs: Sequence[Pair], budget: Co
     measured so far say the next setting would not fit; none fitting: the default weights."""
     started = budgets.now()
     full, coarse = most_settings(grid(store)), most_settings(grid(store, coarse=True))
-    size = budgets.tune_size(budget.left_for("tuning"), budget.costs.decode_pair, min(len(valid_pairs), TUNE_PAIRS),
+    size = budgets.tune_size(budget.decoding_seconds("tuning"), budget.costs.decode_pair, min(len(valid_pairs), TUNE_PAIRS),
                              full, coarse)
     if not size.pairs:
         note(progress, f"retrieval tuning {size.cut}")
@@ -132,7 +132,7 @@ def evaluation(translator, pairs: Sequence[Pair], beam: int, budget: CommandBudg
     from kformer.tasks.translate.model import MAX_REPEAT
 
     started = budgets.now()
-    count = budgets.pairs_that_fit(budget.left_for("evaluation"), budget.costs.decode_pair * beam, len(pairs))
+    count = budgets.pairs_that_fit(budget.decoding_seconds("evaluation"), budget.costs.decode_pair * beam, len(pairs))
     chosen = sorted(range(count), key=lambda i: len(pairs[i].source))
     reporter = _reporter(progress, "test decoding (held-out pairs)", count, budget)
     done: list[int] = []

@@ -338,7 +338,7 @@ def _fit(prepared: _Prepared, state_dir: Path, resume: bool, progress: Progress 
     from kformer.models.seq2seq import compile_seq2seq
     from kformer.precision import precision_scope
 
-    config = prepared.config
+    config, entered = prepared.config, budgets.now()
     training.set_seed(config.seed)
     with precision_scope(config.precision):
         model = build_model(config, prepared.source_vocab, prepared.target_vocab, prepared.encoder)
@@ -359,6 +359,8 @@ def _fit(prepared: _Prepared, state_dir: Path, resume: bool, progress: Progress 
     # compile each (JAX's steps are always compiled: op by op would be far slower)
     plain_validation = config.jit_compile and keras.backend.backend() == "tensorflow"
     extra_callbacks = [graph_validation()] if plain_validation else []
+    if max_minutes is not None:  # building the model and a frozen encoder's outputs (minutes on big data) count
+        max_minutes = max(max_minutes - (budgets.now() - entered) / 60.0, 0.1 * max_minutes)
     budget = None if max_minutes is None else max_minutes * 60.0
     schedule = training.budget_schedule(config.learning_rate, warmup, total_steps, budget)
     done = training.last_checkpoint(state_dir) if resume else None
