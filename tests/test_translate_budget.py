@@ -58,11 +58,11 @@ def test_an_earlier_phase_comes_first_leaving_the_later_ones_their_floors(monkey
 
 def test_estimates_follow_the_sizes_and_the_costs():
     costs = budgets.PhaseCosts(datastore_token=0.001, decode_pair=0.5, write_entry=0.0001, write_fixed=2.0,
-                               decode_fixed=7.0)
+                               decode_fixed=7.0, index_entry=0.0005)
     sizes = budgets.PhaseSizes(target_tokens=10_000, tune_pairs=150, grid_settings=19, coarse_settings=4,
                                test_pairs=200, beam=4)
     assert budgets.estimate_phases(sizes, costs) == pytest.approx(
-        {"datastore": 10.0, "tuning": 7 + 150 * 19 * 0.5, "evaluation": 7 + 200 * 0.5 * 4, "writing": 3.0})
+        {"datastore": 10.0 + 5.0, "tuning": 7 + 150 * 19 * 0.5, "evaluation": 7 + 200 * 0.5 * 4, "writing": 3.0})
     floors = budgets.phase_floors(sizes, costs)  # each decoding phase compiles its loop once, however few its pairs
     assert floors["tuning"] == pytest.approx(7 + 30 * 4 * 0.5) and floors["evaluation"] == pytest.approx(7 + 100 * 2)
     budget = budgets.CommandBudget(budgets.now() + 500, costs=costs)
@@ -138,6 +138,29 @@ def test_a_datastore_that_scores_lower_than_none_on_validation_is_left_out(with_
     assert kept or f"{with_it:.2f} with it, {without:.2f} without" in events[0].line()
     untimed = replace(store, tuning={"chrf_with": 1.0})  # no score without it (no time): kept
     assert phases.kept(untimed, None) is untimed and phases.kept(None, None) is None
+
+
+def test_the_datastore_stops_between_blocks_when_its_time_is_up_keeping_the_first_pairs(monkeypatch):
+    clock, events = Clock(), []
+    monkeypatch.setattr(budgets, "now", clock)
+    monkeypatch.setattr(retrieval, "ENTRY_BLOCK", 4)
+
+    class Model:  # 3 s a batch: slower than the plan's per-token cost
+        max_source_length = max_target_length = 8
+        dim = 2
+
+        def decoder_states(self, source, target_in):
+            clock.t += 3.0
+            return np.ones((*target_in.shape, 2), "float32") * source[:, :1, None]
+
+    sources = [[i + 1] for i in range(10)]  # each pair's key says which pair it came from
+    targets = [[5, 6] for _ in range(10)]
+    budget = budgets.CommandBudget(deadline=clock.t + 7, costs=budgets.PhaseCosts(datastore_token=1e-3, index_entry=0.1))
+    store = phases.datastore(SimpleNamespace(model=Model()), (sources, targets), budget, events.append,
+                             order=list(range(9, -1, -1)))
+    # planned all 10 pairs (30 tokens at 0.101 s: 3 s of 7); each block of 4 takes 3 s: after two, 6 s + 24 entries x 0.1 > 7
+    assert store.entries == 8 * 3 and sorted(set(store.keys[:, 0].astype(int))) == [3, 4, 5, 6, 7, 8, 9, 10]
+    assert budget.phases[0]["cut"] == "8 of 10 training pairs (stopped at the phase's time)"
 
 
 def test_the_test_decoding_scores_what_fits_and_says_it_was_cut(monkeypatch):

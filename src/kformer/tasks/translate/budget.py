@@ -36,7 +36,9 @@ class PhaseCosts:
     batches, and the test decoding at beam 4 ~0.2 s a pair, so ``decode_pair`` 0.08 (beam search
     costs ``beam`` times as much). The 0.5 s a pair these replace (issue 32's report of a tuning
     that searched 17,000 pairs' datastore by brute force, one machine) gave training half of a
-    30-minute budget and the later phases 4x the time they took. Writing: the model and ~1 KB of
+    30-minute budget and the later phases 4x the time they took. ``index_entry``: the IVF index's
+    k-means and nprobe choice, ~100-140 s over 1.09 million entries in that run (no index under
+    50,000 entries: the estimate is then a little high). Writing: the model and ~1 KB of
     keys per datastore entry, at a disk's ~50 MB a second, plus a few seconds. ``decode_fixed``: what
     a decoding phase spends before its first pair (the decode loop compiled for its beam, the
     datastore's keys made a tensor): 23-28 s for tuning's and up to ~75 s for beam 4's on a
@@ -45,6 +47,7 @@ class PhaseCosts:
     """
 
     datastore_token: float = 1 / 2000
+    index_entry: float = 1.5e-4
     decode_pair: float = 0.08
     decode_fixed: float = 45.0
     write_entry: float = 1 / 50_000
@@ -83,7 +86,7 @@ def estimate_phases(sizes: PhaseSizes, costs: PhaseCosts | None = None) -> dict[
     (default :data:`COSTS`)."""
     costs, on = costs or COSTS, sizes.retrieval
     return {
-        "datastore": sizes.target_tokens * costs.datastore_token if on else 0.0,
+        "datastore": sizes.target_tokens * (costs.datastore_token + costs.index_entry) if on else 0.0,
         "tuning": costs.decode_fixed + sizes.tune_pairs * sizes.grid_settings * costs.decode_pair if on else 0.0,
         "evaluation": costs.decode_fixed + sizes.test_pairs * costs.decode_pair * sizes.beam,
         "writing": costs.write_fixed + (sizes.target_tokens * costs.write_entry if on else 0.0),

@@ -47,15 +47,18 @@ def _reporter(progress, name: str, total: int, budget: CommandBudget):
 
 def datastore(translator, train, budget: CommandBudget, progress: Progress | None,
               order: Sequence[int] | None = None) -> Datastore | None:
-    """The datastore of the encoded training pairs ``train`` (as many as fit the time left, taken in
-    ``order``, default theirs: :func:`~.domains.datastore_order`; None when none fits)."""
+    """The datastore of the encoded training pairs ``train`` taken in ``order`` (default theirs:
+    :func:`~.domains.datastore_order`), as many as the time left fits: planned by the per-token
+    cost (encoding and indexing), then stopped between blocks when the time measured says the
+    rest, and indexing what was encoded, would not fit (None when none fits)."""
     started, (sources, targets) = budgets.now(), train
     if order is not None:
         sources, targets = [sources[i] for i in order], [targets[i] for i in order]
     tokens = [len(target) + 1 for target in targets]
     count, left = len(tokens), budget.left_for("datastore")
+    per_token = budget.costs.datastore_token + budget.costs.index_entry
     if left is not None:
-        affordable, count = left / budget.costs.datastore_token + 1e-6, 0  # its own estimate fits whole
+        affordable, count = left / per_token + 1e-6, 0  # its own estimate fits whole
         while count < len(tokens) and affordable >= tokens[count]:
             affordable -= tokens[count]
             count += 1
@@ -66,8 +69,19 @@ def datastore(translator, train, budget: CommandBudget, progress: Progress | Non
         budget.record("datastore", started, budget.estimates.get("datastore"), cut)
         return None
     reporter = _reporter(progress, "datastore (training pairs)", count, budget)
-    store = retrieval.build_datastore(translator.model, sources[:count], targets[:count], on_batch=reporter.advance)
+    encoded = [0]
+
+    def advance(pairs: int) -> None:
+        encoded[0] += pairs
+        reporter.advance(pairs)
+
+    def stop(entries: int) -> bool:  # the index over what is encoded must still fit
+        return left is not None and budgets.now() + entries * budget.costs.index_entry > started + left
+
+    store = retrieval.build_datastore(translator.model, sources[:count], targets[:count], on_batch=advance, stop=stop)
     reporter.close()
+    if encoded[0] < count:
+        cut = f"{encoded[0]:,} of {len(tokens):,} training pairs (stopped at the phase's time)"
     budget.record("datastore", started, budget.estimates.get("datastore"), cut)
     return replace(store, tuning={"build_seconds": round(budgets.now() - started, 2)})
 

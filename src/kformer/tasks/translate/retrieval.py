@@ -45,6 +45,7 @@ KS = (8, 16)
 # The grid when time is short (budget.tune_size): three lambdas at the middle temperature and the smallest k.
 COARSE_LAMBDAS, COARSE_TEMPERATURE_SCALES, COARSE_KS = (0.2, 0.4, 0.6), (1.0,), (8,)
 TUNE_PAIRS = 150  # validation pairs tuning decodes, at most
+ENTRY_BLOCK = 2048  # pairs the datastore pass sorts by length at a time (and may stop after, on a budget)
 
 
 @dataclass(frozen=True)
@@ -148,51 +149,62 @@ def check_search_request(search, nprobe) -> None:
 
 
 def datastore_entries(model, sources: Sequence[list[int]], targets: Sequence[list[int]],
-                      batch_size: int = 64, on_batch: Callable[[int], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                      batch_size: int = 64, on_batch: Callable[[int], None] | None = None,
+                      stop: Callable[[int], bool] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Teacher-force ``model`` over the encoded pairs: ``(keys (entries, dim) float16, values
     (entries,) int32)``, one entry per token of each ``target + [END]`` (the decoder reads
-    ``[START] + target``), pairs in length order within batches; ``on_batch(pairs)`` after each."""
+    ``[START] + target``); ``on_batch(pairs)`` after each batch. The pairs go in their order, by
+    blocks of :data:`ENTRY_BLOCK` (each in length order, so batches pad little); ``stop(entries so
+    far)`` True before a block ends the pass there (a time budget: the first blocks are kept)."""
     from kformer.data.batching import pad_batch
     from kformer.text.specials import END_ID, START_ID
 
-    order = sorted(range(len(sources)), key=lambda i: (len(targets[i]), len(sources[i])))
-    keys, values = [], []
-    for start in range(0, len(order), batch_size):
-        rows = order[start : start + batch_size]
-        source = pad_batch([sources[i] for i in rows], limit=model.max_source_length)
-        target_in = pad_batch([[START_ID, *targets[i]] for i in rows], limit=model.max_target_length)
-        target_out = pad_batch([[*targets[i], END_ID] for i in rows], limit=model.max_target_length)
-        states = np.asarray(model.decoder_states(source, target_in), dtype="float32")
-        real = target_out != 0
-        keys.append(states[real].astype("float16"))
-        values.append(target_out[real].astype("int32"))
-        if on_batch is not None:
-            on_batch(len(rows))
+    keys, values, entries = [], [], 0
+    for block in range(0, len(sources), ENTRY_BLOCK):
+        if stop is not None and keys and stop(entries):
+            break
+        span = range(block, min(block + ENTRY_BLOCK, len(sources)))
+        order = sorted(span, key=lambda i: (len(targets[i]), len(sources[i])))
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            source = pad_batch([sources[i] for i in rows], limit=model.max_source_length)
+            target_in = pad_batch([[START_ID, *targets[i]] for i in rows], limit=model.max_target_length)
+            target_out = pad_batch([[*targets[i], END_ID] for i in rows], limit=model.max_target_length)
+            states = np.asarray(model.decoder_states(source, target_in), dtype="float32")
+            real = target_out != 0
+            keys.append(states[real].astype("float16"))
+            values.append(target_out[real].astype("int32"))
+            entries += int(real.sum())
+            if on_batch is not None:
+                on_batch(len(rows))
     return np.concatenate(keys), np.concatenate(values)
 
 
 def fitting_entries(model, sources: Sequence[list[int]], targets: Sequence[list[int]],
-                    on_batch: Callable[[int], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                    on_batch: Callable[[int], None] | None = None,
+                    stop: Callable[[int], bool] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """:func:`datastore_entries` of the pairs that fit the model's longest source and ``target +
-    [END]`` (as training skipped the others); BadInput when none does. ``on_batch`` as
-    :func:`datastore_entries`."""
+    [END]`` (as training skipped the others); BadInput when none does. ``on_batch`` and ``stop``
+    as :func:`datastore_entries`."""
     kept = [i for i, t in enumerate(targets) if len(t) + 1 <= model.max_target_length
             and len(sources[i]) <= model.max_source_length]
     if not kept:
         raise BadInput("no training pair fits the model's longest source and target; nothing to remember",
                        field="data")
-    return datastore_entries(model, [sources[i] for i in kept], [targets[i] for i in kept], on_batch=on_batch)
+    return datastore_entries(model, [sources[i] for i in kept], [targets[i] for i in kept], on_batch=on_batch,
+                             stop=stop)
 
 
 def build_datastore(model, sources: Sequence[list[int]], targets: Sequence[list[int]], search: str = "auto",
-                    nprobe: int | None = None, on_batch: Callable[[int], None] | None = None) -> Datastore:
+                    nprobe: int | None = None, on_batch: Callable[[int], None] | None = None,
+                    stop: Callable[[int], bool] | None = None) -> Datastore:
     """A :class:`Datastore` over encoded training pairs for ``model`` (pairs whose ``target + [END]``
     is longer than the model's longest target are skipped, as training skipped them), with untuned
-    weights (:func:`tune` chooses them), searched as :func:`with_search` makes it; ``on_batch`` as
-    :func:`datastore_entries`."""
+    weights (:func:`tune` chooses them), searched as :func:`with_search` makes it; ``on_batch`` and
+    ``stop`` as :func:`datastore_entries`."""
     from kformer.models.retrieval import typical_distance
 
-    keys, values = fitting_entries(model, sources, targets, on_batch)
+    keys, values = fitting_entries(model, sources, targets, on_batch, stop)
     k = min(KS[0], len(values))
     scale = typical_distance(keys, k)
     return with_search(Datastore(keys, values, k=k, temperature=scale, lam=0.3, scale=scale), search, nprobe)

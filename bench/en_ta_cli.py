@@ -1,0 +1,105 @@
+"""English->Tamil from the command line (issue 32): a folder ``kformer train translate --recipe en-ta
+--max-minutes 30`` wrote from all seven corpora, scored on ``bench/en_ta.py``'s two test hold-outs
+beside a translation memory and a random floor built from the same training pairs.
+
+The folder is trained by the command itself, as a user runs it (timed from outside, e.g. with
+``/usr/bin/time``), on the files ``python -m bench.en_ta_splits --write SPLIT`` writes::
+
+    python -m bench.en_ta_splits --write SPLIT
+    /usr/bin/time -f %e kformer train translate --data SPLIT/train --valid SPLIT/valid.tsv \\
+        --test SPLIT/test.tsv --recipe en-ta --max-minutes 30 --out runs/en-ta
+    python -m bench.en_ta_cli --folder runs/en-ta --wall-seconds S
+
+Rows: the folder decoded greedily with its datastore and without it (TICO-19 test documents and
+Joshua IPC test sentences, ``tico_*`` / ``ipc_*``; ``*_s_per_sent``: decode seconds per sentence,
+cold: each decode shape compiles once, as a ``kformer evaluate`` does), the test decoding the run
+itself did within its budget (the recipe's beam 4 with the datastore, on the pairs it had time
+for), and ``bench.en_ta``'s ``memory`` and ``floor`` rows. The phases column copies
+``metrics.json["phases"]`` (seconds, and what was cut).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from bench.harness import record_results, results_table
+from bench.headlines import Headline
+
+TITLE = "English->Tamil from the command line: all seven corpora, --max-minutes 30"
+# This benchmark's rows in BENCHMARKS.md's summary (bench/headlines.py says how they are read)
+HEADLINES = (
+    Headline("translation", r"English->Tamil from the command line", "tico_chrf",
+             name="English->Tamil, all corpora, one CLI command of 30 minutes, TICO-19 test documents",
+             metric_name="chrF", kformer={"system": r"greedy \+ kNN-MT$"}, baseline={"system": r"^memory$"},
+             target=">= 27"),
+    Headline("translation", r"English->Tamil from the command line", "ipc_chrf",
+             name="English->Tamil, all corpora, one CLI command of 30 minutes, Joshua IPC test sentences",
+             metric_name="chrF", kformer={"system": r"greedy \+ kNN-MT$"}, baseline={"system": r"^memory$"},
+             target=">= baseline"),
+)
+
+
+def folder_rows(folder: Path, split, wall_seconds: float | None) -> list[dict]:
+    """The folder's rows: greedy with and without its datastore, and the run's own test decoding."""
+    from bench.en_ta import _part_scores
+    from kformer.metrics import translation_scores
+    from kformer.tasks import translate
+
+    metrics = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
+    phases = "; ".join(f"{p['name']} {p['seconds'] or 0:.0f} s" + (f" ({p['cut']})" if p["cut"] else "")
+                       for p in metrics["phases"])
+    translator = translate.load(folder)
+    store = translator.retrieval
+    common = {"train_pairs": metrics["splits"]["train"], "epochs": metrics["epochs_run"], "wall_s": wall_seconds,
+              "knn_entries": None if store is None else store.entries, "phases": phases}
+    rows = []
+    for with_store in ((True, False) if store is not None else (False,)):
+        row = {"system": "kformer en-ta (CLI), greedy" + (" + kNN-MT" if with_store else " without retrieval"),
+               **common}
+        for prefix, pairs in split.test.items():
+            start = time.perf_counter()
+            hypotheses = translator.translate([p.source for p in pairs], beam=1, retrieval=with_store)
+            row |= _part_scores(prefix, hypotheses, pairs, time.perf_counter() - start)
+        rows.append(row)
+    decoded = {r["source"]: r for r in json.loads((folder / "test_translations.json").read_text(encoding="utf-8"))}
+    own = {"system": f"kformer en-ta (CLI), its own test decoding (beam {metrics['test']['beam']})", **common}
+    for prefix, pairs in split.test.items():
+        found = [decoded[p.source] for p in pairs if p.source in decoded]
+        if found:
+            scores = translation_scores([r["translation"] for r in found], [r["reference"] for r in found])
+            own |= {f"{prefix}_chrf": scores["chrf"], f"{prefix}_bleu": scores["bleu"], f"{prefix}_scored": len(found)}
+    return [*rows, own]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--folder", type=Path, required=True, help="the folder the CLI command wrote")
+    parser.add_argument("--wall-seconds", type=float, default=None, help="the command's wall time, measured outside")
+    parser.add_argument("--no-record", action="store_true", help="print, do not append to BENCHMARKS.md")
+    args = parser.parse_args()
+    from bench.en_ta import SYSTEMS, baseline_row
+    from bench.en_ta_splits import split as make_split
+
+    split = make_split()
+    rows = folder_rows(args.folder, split, args.wall_seconds)
+    rows += [baseline_row(name, SYSTEMS[name], split) for name in ("memory", "memory-base", "floor")]
+    rows = [{k: v for k, v in row.items() if not k.startswith("valid_")} for row in rows]  # scored on test only
+    notes = ("The folder was trained by `kformer train translate --data SPLIT/train --valid SPLIT/valid.tsv --test "
+             "SPLIT/test.tsv --recipe en-ta --max-minutes 30` on the files `python -m bench.en_ta_splits --write SPLIT` "
+             "writes (wall_s: that command's wall time, launch to exit, measured with /usr/bin/time, nothing else "
+             "running). Test: TICO-19 470 pairs of held-out documents (tico_*), Joshua IPC 300 held-out seg_ids "
+             "(ipc_*); no test pair chose anything (the run's validation pairs, 168 TICO-19 + 150 IPC, chose its "
+             "early stopping and the kNN-MT weights). memory: TF-IDF nearest training source over all the run's "
+             "training pairs; memory-base: over TICO-19 + Tatoeba only; floor: a random training target. "
+             "Targets (issue 32): TICO-19 chrF >= 27 and >= memory; Joshua IPC >= memory.")
+    if args.no_record:
+        print(results_table(rows, "memory", ("tico_chrf", "ipc_chrf")) + "\n\n" + notes)
+        return
+    record_results(TITLE, rows, notes=notes, baseline="memory", ratio_keys=("tico_chrf", "ipc_chrf"))
+
+
+if __name__ == "__main__":
+    main()
