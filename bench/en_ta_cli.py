@@ -78,6 +78,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--folder", type=Path, required=True, help="the folder the CLI command wrote")
     parser.add_argument("--wall-seconds", type=float, default=None, help="the command's wall time, measured outside")
+    parser.add_argument("--note", default="", help="a sentence appended to the notes (what else the run showed)")
     parser.add_argument("--no-record", action="store_true", help="print, do not append to BENCHMARKS.md")
     args = parser.parse_args()
     from bench.en_ta import SYSTEMS, baseline_row
@@ -94,7 +95,8 @@ def main() -> None:
              "(ipc_*); no test pair chose anything (the run's validation pairs, 168 TICO-19 + 150 IPC, chose its "
              "early stopping and the kNN-MT weights). memory: TF-IDF nearest training source over all the run's "
              "training pairs; memory-base: over TICO-19 + Tatoeba only; floor: a random training target. "
-             "Targets (issue 32): TICO-19 chrF >= 27 and >= memory; Joshua IPC >= memory.")
+             "Targets (issue 32): TICO-19 chrF >= 27 and >= memory; Joshua IPC >= memory." + (
+                 f" {args.note}" if args.note else ""))
     if args.no_record:
         print(results_table(rows, "memory", ("tico_chrf", "ipc_chrf")) + "\n\n" + notes)
         return
