@@ -27,11 +27,15 @@ reference beam agree. The issue's target: beam 4 <= 2x greedy time.
 decoding of the same held-out sentences by the exported files -- ``docs/onnx_translate_client.py``:
 the encoder once, then one ``decoder_step.onnx`` call per token with the key/value cache, on ONNX
 Runtime -- against Keras' cached greedy (``Translator.translate``), both in batches of 64 sentences
-of similar length, tokenising included; it counts the sentences both translate alike.
+of similar length, tokenising included; it counts the sentences both translate alike. ``--served``
+also exports a SavedModel, serves it with ``kformer serve`` on 127.0.0.1 and counts the sentences
+its ``:predict`` answers as the folder does. ``--pairs TSV`` takes the sentences from the first
+column of a pairs file instead (an English->Tamil test file of ``bench.en_ta_splits --write``).
 
     python -m bench.decoding [--model DIR] [--repeats 3]
     python -m bench.decoding --translator DIR [--sentences 200] [--repeats 3]
     python -m bench.decoding --exported DIR [--sentences 200] [--repeats 3]
+    python -m bench.decoding --exported runs/en-ta --pairs SPLIT/test-tico.tsv --served
 """
 
 from __future__ import annotations
@@ -54,9 +58,13 @@ HEADLINES = (
     Headline("speed, serving and memory", "Translation decoding time", "warm_s", name="Beam 4 vs greedy time",
              kformer={"system": "compiled loop"}, baseline={"system": "^greedy$"}, target="<= 2x baseline",
              why="beam 4 decodes four hypotheses per sentence; the target allows it twice greedy's time"),
-    Headline("speed, serving and memory", "Exported translator", "sentences_per_s", name="Exported translator (ONNX) vs Keras",
+    Headline("speed, serving and memory", "Exported translator: ", "sentences_per_s", name="Exported translator (ONNX) vs Keras",
              kformer={"system": "^ONNX Runtime"}, baseline={"system": "^Keras"},
              why="the ONNX client calls the decoder step once per token from Python; Keras runs its loop as one graph"),
+    Headline("speed, serving and memory", "Exported translator with retrieval", "sentences_per_s",
+             name="Exported en-ta translator with its datastore (ONNX) vs Keras",
+             kformer={"system": "^ONNX Runtime"}, baseline={"system": "^Keras"},
+             why="the ONNX client calls the decoder step, and its neighbour search, once per token from Python"),
 )
 
 TOKENS = 32
@@ -87,11 +95,14 @@ def load_model(model_dir):
     return load_keras_model(f"{model_dir}/{manifest.get('model_file', 'model.keras')}")
 
 
-def held_out_sentences(count: int) -> list[str]:
-    """The first ``count`` English sentences of ``bench.en_es``'s held-out pairs (2,000, seed 0)."""
+def held_out_sentences(count: int, pairs_file: str | None = None) -> list[str]:
+    """The first ``count`` English sentences of ``pairs_file`` or, without one, of ``bench.en_es``'s
+    held-out pairs (2,000, seed 0)."""
     from bench.harness import require_shared_data
     from kformer.data.pairs import random_holdout, read_pairs
 
+    if pairs_file:
+        return [pair.source for pair in read_pairs(pairs_file)[:count]]
     pairs = read_pairs(require_shared_data("en-es-anki", "spa.txt.gz"))
     return [pair.source for pair in random_holdout(pairs, 2000, seed=0)[1][:count]]
 
@@ -150,8 +161,10 @@ def beam_over_greedy(folder: str, sentences: list[str], repeats: int, beam: int 
     return rows, f"compiled and reference beam {beam} agree on {same}/{len(sentences)} sentences"
 
 
-def exported_vs_keras(folder: str, sentences: list[str], repeats: int) -> tuple[list[dict], str]:
-    """Rows timing greedy decoding by the ONNX export (the reference client) and by Keras (cached)."""
+def exported_vs_keras(folder: str, sentences: list[str], repeats: int, served: bool = False) -> tuple[list[dict], str, bool]:
+    """Rows timing greedy decoding by the ONNX export (the reference client) and by Keras (cached),
+    a note on how many sentences each export (``served``: a SavedModel behind `kformer serve` too)
+    translates as the folder does, and whether the folder decodes with a retrieval datastore."""
     import importlib.util
     import tempfile
     from pathlib import Path
@@ -187,7 +200,37 @@ def exported_vs_keras(folder: str, sentences: list[str], repeats: int) -> tuple[
              "vs_keras": f"{keras_s / float(np.median(seconds[name])):.2f}×"} for name in systems]
     keras_out, onnx_out = outputs.values()
     same = sum(a == b for a, b in zip(keras_out, onnx_out, strict=True))
-    return rows, f"identical greedy translations: {same}/{len(sentences)}"
+    note = f"identical greedy translations: {same}/{len(sentences)}"
+    if served:
+        export(folder, work / "saved_model", "saved_model")
+        answers = served_translations(work / "saved_model", sentences, work / "serve.log")
+        same = sum(a == b for a, b in zip(keras_out, answers, strict=True))
+        note += f"; the SavedModel export served by `kformer serve` answers {same}/{len(sentences)} alike"
+    return rows, note, translator.retrieval is not None
+
+
+def served_translations(export_dir, sentences: list[str], log, port: int = 8741, batch: int = 32) -> list[str]:
+    """The translations `kformer serve` of ``export_dir`` (on 127.0.0.1, stopped after) answers
+    to ``:predict`` requests of ``batch`` sentences."""
+    import json
+    import urllib.request
+
+    from bench.serve import Service
+
+    service = Service(export_dir, port, [], log, name="translator")
+    try:
+        service.wait_ready(timeout=900)
+        answers = []
+        for start in range(0, len(sentences), batch):
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/v1/models/translator:predict", method="POST",
+                data=json.dumps({"instances": sentences[start:start + batch]}).encode(),
+                headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=900) as response:
+                answers += [row["translation"] for row in json.load(response)["predictions"]]
+        return answers
+    finally:
+        service.stop()
 
 
 def main() -> None:
@@ -198,6 +241,10 @@ def main() -> None:
     parser.add_argument("--exported", metavar="DIR",
                         help="a trained kformer translate folder: time its ONNX export's greedy decoding against "
                         "Keras' cached greedy instead")
+    parser.add_argument("--pairs", metavar="TSV", help="with --translator / --exported: take the sentences from "
+                        "this pairs file's first column (default: bench.en_es's held-out pairs)")
+    parser.add_argument("--served", action="store_true",
+                        help="with --exported: also serve a SavedModel export and compare its answers")
     parser.add_argument("--sentences", type=int, default=200,
                         help="held-out sentences for --translator / --exported (default 200)")
     parser.add_argument("--reference", action=argparse.BooleanOptionalAction, default=True,
@@ -206,17 +253,21 @@ def main() -> None:
     parser.add_argument("--dry-run", action="store_true", help="print the table without adding it to BENCHMARKS.md")
     args = parser.parse_args()
     if args.exported:
-        rows, note = exported_vs_keras(args.exported, held_out_sentences(args.sentences), args.repeats)
-        notes = f"Model: {args.exported}; batches of 64, tokenising included, greedy with kformer's repeat limit. {note}."
+        sentences = held_out_sentences(args.sentences, args.pairs)
+        rows, note, with_retrieval = exported_vs_keras(args.exported, sentences, args.repeats, served=args.served)
+        notes = (f"Model: {args.exported}; {len(sentences)} sentences of {args.pairs or 'bench.en_es held out'}; "
+                 f"batches of 64, tokenising included, greedy with kformer's repeat limit. {note}.")
         if args.dry_run:
             from bench.harness import results_table
 
             print(results_table(rows) + "\n\n" + notes)
             return
-        record_results("Exported translator: ONNX greedy decoding vs Keras cached greedy", rows, notes=notes)
+        title = ("Exported translator with retrieval: ONNX greedy decoding vs Keras cached greedy" if with_retrieval
+                 else "Exported translator: ONNX greedy decoding vs Keras cached greedy")
+        record_results(title, rows, notes=notes)
         return
     if args.translator:
-        rows, note = beam_over_greedy(args.translator, held_out_sentences(args.sentences), args.repeats,
+        rows, note = beam_over_greedy(args.translator, held_out_sentences(args.sentences, args.pairs), args.repeats,
                                       reference=args.reference)
         if args.dry_run:
             from bench.harness import results_table

@@ -71,13 +71,13 @@ class Service:
     """A `kformer serve` subprocess on 127.0.0.1: one process (``--workers 1``, what the recorded
     rows measured) unless ``extra`` names ``--workers`` (the default, auto, may start more)."""
 
-    def __init__(self, model: Path, port: int, extra: list[str], log: Path):
+    def __init__(self, model: Path, port: int, extra: list[str], log: Path, name: str = "tickets"):
         self.port = port
         self.log = log
         if "--workers" not in extra:
             extra = [*extra, "--workers", "1"]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "kformer", "serve", "--model", f"tickets={model}", "--port", str(port), *extra],
+            [sys.executable, "-m", "kformer", "serve", "--model", f"{name}={model}", "--port", str(port), *extra],
             stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=ROOT)
 
     def wait_ready(self, timeout: float = 300) -> None:

@@ -170,10 +170,14 @@ def test_an_indexed_folder_round_trips_and_an_old_folder_still_decodes(tiny, tmp
 def test_exports_carry_the_datastore_and_translate_as_the_folder(tiny, tmp_path, monkeypatch):
     """Both formats decode with the datastore inside their graphs: kformer.load of each export and
     the reference ONNX client give the folder's greedy translations, searching exactly (SavedModel)
-    and through an IVF index probing 2 of its lists (both formats)."""
+    and through an IVF index probing 2 of its lists (both formats). The ONNX conversion here runs
+    as a large datastore's does, collecting the converter's garbage between its passes (else a
+    million entries ran out of memory), and leaves tf2onnx's pass table as it was."""
+    import gc
     import shutil
 
     from export_helpers import docs_module
+    from tf2onnx import optimizer
 
     import kformer
     from kformer.export import export
@@ -187,11 +191,17 @@ def test_exports_carry_the_datastore_and_translate_as_the_folder(tiny, tmp_path,
     assert kformer.load(tmp_path / "exact").translate(sources) == exact.translate(sources)
 
     monkeypatch.setattr(retrieval, "IVF_FROM", 10)
+    monkeypatch.setattr("kformer.export.COLLECT_FROM_BYTES", 0)
+    collections, collect, passes = [], gc.collect, optimizer._optimizers
+    monkeypatch.setattr(gc, "collect", lambda *args: collections.append(args) or collect(*args))
     indexed = translate.load(folder).build_retrieval(tiny["train"], lam=0.5, k=4, nprobe=2)
     assert indexed.retrieval.search == "ivf"
     expected = indexed.translate(sources)
     for format in ("saved_model", "onnx"):
+        collections.clear()
         export(folder, tmp_path / format, format=format)
+        assert format == "saved_model" or len(collections) >= 2 * len(passes)  # each pass of both files
+        assert optimizer._optimizers is passes
         exported = kformer.load(tmp_path / format)
         assert exported.translate(sources) == expected, format
         assert exported.metadata()["retrieval"] == indexed.metadata()["retrieval"]

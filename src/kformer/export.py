@@ -35,7 +35,15 @@ from kformer.artifacts import new_staging_folder
 from kformer.errors import BadInput
 from kformer.folders import EXPORT_MARKER, read_export_metadata
 from kformer.folders import EXPORT_METADATA as METADATA_FILE
-from kformer.models.export_plan import Endpoint, Plan, check_onnx_size, onnx_file, require_onnx
+from kformer.models.export_plan import (
+    COLLECT_FROM_BYTES,
+    Endpoint,
+    Plan,
+    check_onnx_size,
+    held_bytes,
+    onnx_file,
+    require_onnx,
+)
 
 FORMATS = ("saved_model", "onnx")
 README_FILE = "README.txt"
@@ -158,10 +166,10 @@ def write_saved_model(plan: Plan, stage: Path) -> list[str]:
 
 def write_onnx(plan: Plan, stage: Path) -> list[str]:
     """Each endpoint that has an ONNX name as ``stage/<name>.onnx``."""
-    written = []
+    written, large = [], held_bytes(plan) >= COLLECT_FROM_BYTES
     for endpoint in plan.endpoints:
         if endpoint.onnx:
-            onnx_file(endpoint, stage / f"{endpoint.onnx}.onnx", plan.tracked[0])
+            onnx_file(endpoint, stage / f"{endpoint.onnx}.onnx", plan.tracked[0], large=large)
             written.append(f"{endpoint.onnx}.onnx")
     return written
 

@@ -23,6 +23,9 @@ from kformer.errors import Unsupported
 
 ONNX_OPSET = 17
 ONNX_FILE_LIMIT = 2**31  # bytes: protobuf's cap on one serialised message, hence on one .onnx file
+# Weights from which a conversion collects the converter's garbage between its graph passes
+# (:func:`_collecting_between_passes`); below it the collections would only cost time (~2 s a file).
+COLLECT_FROM_BYTES = 2**28
 
 
 @dataclass(frozen=True)
@@ -91,9 +94,7 @@ def check_onnx_size(plan: Plan) -> None:
     """Unsupported, before anything is converted, when the weights ``plan`` tracks (the network,
     a translator's datastore: ``info["retrieval"]``) reach :data:`ONNX_FILE_LIMIT`: the file that
     holds them could not be written."""
-    import numpy as np
-
-    held = sum(math.prod(w.shape) * np.dtype(w.dtype).itemsize for r in plan.tracked for w in getattr(r, "weights", ()))
+    held = held_bytes(plan)
     if held >= ONNX_FILE_LIMIT:
         holder = "the model and its retrieval datastore hold" if "retrieval" in plan.info else "the model holds"
         raise Unsupported(f"{holder} {held / 1e9:.2f} GB of weights, more than the {ONNX_FILE_LIMIT / 1e9:.2f} GB "
@@ -101,13 +102,22 @@ def check_onnx_size(plan: Plan) -> None:
                           field="format")
 
 
-def onnx_file(endpoint: Endpoint, path: Path, model) -> None:
+def held_bytes(plan: Plan) -> int:
+    """Bytes of the weights ``plan`` tracks (the network, a translator's datastore)."""
+    import numpy as np
+
+    return sum(math.prod(w.shape) * np.dtype(w.dtype).itemsize for r in plan.tracked for w in getattr(r, "weights", ()))
+
+
+def onnx_file(endpoint: Endpoint, path: Path, model, large: bool = False) -> None:
     """Convert one endpoint (which runs the Keras ``model``) to ONNX at ``path`` (Keras' exporter,
-    tf2onnx underneath; see :class:`Endpoint` for ``onnx_via`` and ``onnx_finish``)."""
+    tf2onnx underneath; see :class:`Endpoint` for ``onnx_via`` and ``onnx_finish``); ``large``:
+    the graph holds at least :data:`COLLECT_FROM_BYTES` of weights."""
     import onnx
 
     converted = endpoint.onnx_via or endpoint
-    _convert(converted, path, model)
+    with _collecting_between_passes() if large else contextlib.nullcontext():
+        _convert(converted, path, model)
     proto = onnx.load(str(path))
     for output, tensor in zip(proto.graph.output, converted.outputs, strict=True):  # the converter's names
         rename_value(proto.graph, output.name, tensor.name)
@@ -149,6 +159,35 @@ def _convert(endpoint: Endpoint, path: Path, model) -> None:
                               "pip install 'kformer[export]'", field="format") from None
         finally:
             tf_log.setLevel(level)
+
+
+@contextlib.contextmanager
+def _collecting_between_passes():
+    """tf2onnx deep-copies the whole graph, weights included, before each of its optimizer passes
+    (to roll back one that fails): ~50 copies, reference cycles that Python's collector reaches
+    late. A translator with a million-entry datastore (255 MB of keys) piled them up past 24 GB and
+    was killed; collected after each pass, its conversion peaks at ~13 GB (in TensorFlow's graph
+    freezing, before these passes). tf2onnx takes no optimizer list through its public
+    ``from_function``, so its table is swapped for the conversion and restored after."""
+    import gc
+    from collections import OrderedDict
+
+    from tf2onnx import optimizer
+
+    table = optimizer._optimizers
+
+    def collected(factory):
+        def make():
+            gc.collect()
+            return factory()
+
+        return make
+
+    optimizer._optimizers = OrderedDict((name, collected(factory)) for name, factory in table.items())
+    try:
+        yield
+    finally:
+        optimizer._optimizers = table
 
 
 def _endpoint_model(endpoint: Endpoint, model):

@@ -135,8 +135,9 @@ class Seq2SeqTransformer(keras.Model):
             return
         if self.tie_embeddings:
             self.output_bias = self.add_weight(shape=(self.target_vocab_size,), initializer="zeros", name="output_bias")
-        # Run once on a dummy batch so every sub-layer creates its weights.
-        dummy = ops.ones((1, 1), dtype="int32")
+        # Run once on a dummy batch so every sub-layer creates its weights (two tokens: Keras warns
+        # of a softmax over one key in a pretrained BERT's attention).
+        dummy = ops.ones((1, 2), dtype="int32")
         self._forward(dummy, dummy, training=False)
         self.built = True
 
