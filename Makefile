@@ -47,12 +47,13 @@ browser:
 
 # The whole suite runs on TEST_WORKERS pytest-xdist workers, a test file to a worker (module
 # fixtures train once), each worker's TensorFlow on one thread: one worker alone keeps about 1.1 of
-# 2 cores busy (Python between small ops, subprocesses starting), two fill them.
+# 2 cores busy (Python between small ops, subprocesses starting), two fill them. Files go out in
+# collection order, the longest first (tests/conftest.py's SLOWEST_FIRST), not xdist's by test count.
 TEST_WORKERS ?= 2
 
 test: $(TEST_STAMP) $(KSERVE_STAMP) browser  ## lint, the whole suite (TensorFlow), then the layer tests under JAX
 	$(BIN)/ruff check src tests bench
-	KFORMER_KSERVE_PYTHON=$(KSERVE_VENV)/bin/python KFORMER_THREADS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	KFORMER_KSERVE_PYTHON=$(KSERVE_VENV)/bin/python KFORMER_THREADS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 	KERAS_BACKEND=jax $(BIN)/python -m pytest -n $(TEST_WORKERS) tests/layers
 
 test-fast: $(TEST_STAMP) browser  ## the tests not marked slow (no training runs), on TEST_WORKERS workers

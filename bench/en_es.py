@@ -145,7 +145,8 @@ def kformer_rows(name: str, train, test, recipe: str, minutes: float, settings: 
     printer, fit = progress_printer(interactive=False), {}
 
     def progress(event) -> None:
-        fit["seconds"] = event.seconds
+        if event.stage in ("epoch", "done"):  # fit's clock; the phases after it report their own seconds
+            fit["seconds"] = event.seconds
         printer(event)
 
     metrics = translate.train(config, train, out_dir, valid=valid, test=test, progress=progress,

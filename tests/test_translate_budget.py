@@ -69,6 +69,15 @@ def test_estimates_follow_the_sizes_and_the_costs():
     assert budget.decoding_seconds("evaluation") == pytest.approx(budget.left_for("evaluation") - 7, abs=0.1)
     off = budgets.estimate_phases(replace(sizes, retrieval=False), costs)
     assert off["datastore"] == off["tuning"] == 0 and off["writing"] == 2.0
+    plain = replace(costs, plain_decode_pair=0.01, plain_decode_fixed=3.0).for_run(retrieval=False)
+    assert costs.for_run(retrieval=True) is costs  # without a datastore decoding costs a fraction
+    assert budgets.estimate_phases(replace(sizes, retrieval=False), plain)["evaluation"] == pytest.approx(3 + 200 * 0.01 * 4)
+    planned = budgets.CommandBudget(None)
+    planned.plan(replace(sizes, retrieval=False))  # what a run without retrieval sizes its test decoding with
+    assert planned.costs.decode_pair == budgets.COSTS.plain_decode_pair < budgets.COSTS.decode_pair
+    assert planned.estimates == budgets.estimate_phases(replace(sizes, retrieval=False), budgets.COSTS.for_run(False))
+    planned.plan(sizes)
+    assert planned.costs == budgets.COSTS and planned.floors == budgets.phase_floors(sizes)
 
 
 def test_the_grid_sizes_tuning_plans_with():

@@ -43,15 +43,27 @@ class PhaseCosts:
     a decoding phase spends before its first pair (the decode loop compiled for its beam, the
     datastore's keys made a tensor): 23-28 s for tuning's and up to ~75 s for beam 4's on a
     million entries, the same run. Tuning replaces ``decode_pair`` by what its own decodes
-    measured (the test decoding uses that).
+    measured (the test decoding uses that). A model without a datastore decodes far faster:
+    the en-es recipe's 2,000 test pairs greedily in 11 s, compilation included (the same machine,
+    2026-12-06), so ``plain_decode_pair`` 0.01 and ``plain_decode_fixed`` 15 s (:meth:`for_run`);
+    with the retrieval costs that run kept 205 s for a phase that took 11.
     """
 
     datastore_token: float = 1 / 2000
     index_entry: float = 1.5e-4
     decode_pair: float = 0.08
     decode_fixed: float = 45.0
+    plain_decode_pair: float = 0.01
+    plain_decode_fixed: float = 15.0
     write_entry: float = 1 / 50_000
     write_fixed: float = 3.0
+
+    def for_run(self, retrieval: bool) -> PhaseCosts:
+        """These costs, or (``retrieval`` False: the model decodes without a datastore) with the
+        plain decoding costs as ``decode_pair`` and ``decode_fixed``."""
+        if retrieval:
+            return self
+        return replace(self, decode_pair=self.plain_decode_pair, decode_fixed=self.plain_decode_fixed)
 
 
 COSTS = PhaseCosts()
@@ -160,6 +172,12 @@ class CommandBudget:
     def start(cls, max_minutes: float | None, started: float) -> CommandBudget:
         """The budget of a command launched at ``started`` (a :func:`now` time)."""
         return cls(None if max_minutes is None else started + max_minutes * 60.0)
+
+    def plan(self, sizes: PhaseSizes) -> None:
+        """Size the phases after training for ``sizes``: their costs (:meth:`PhaseCosts.for_run`),
+        estimates and floors."""
+        self.costs = COSTS.for_run(sizes.retrieval)
+        self.estimates, self.floors = estimate_phases(sizes, self.costs), phase_floors(sizes, self.costs)
 
     def left(self) -> float | None:
         """Seconds to the deadline (None: no budget)."""

@@ -137,7 +137,7 @@ class TranslateRun(skeleton.TrainingRun):
         self.reports = fan_out(progress, log_to_file(log))
         self.budget = budgets.CommandBudget.start(config.max_minutes, self.started)
         sizes = phases.sizes(config, prepared.train, prepared.valid_pairs, prepared.test)
-        self.budget.estimates, self.budget.floors = budgets.estimate_phases(sizes), budgets.phase_floors(sizes)
+        self.budget.plan(sizes)
         train_minutes, started = None, budgets.now()
         if config.max_minutes is not None:
             seconds = budgets.training_seconds(config.max_minutes * 60, started - self.started, self.budget.estimates)
