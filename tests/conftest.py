@@ -26,10 +26,10 @@ TRAINED_FIXTURES = {"tiny_models", "trained", "readme_run", "runs", "folders", "
 # pytest-xdist hands its workers one file at a time in collection order (the Makefile turns off its
 # reordering by test count), so these start first and the two workers end together: ordered by
 # count, the long files with few tests came last, one worker running them while the other idled.
-SLOWEST_FIRST = ("test_distributed.py", "test_docs.py", "test_ood_score.py", "test_elastic.py", "test_crash_resume.py",
-                 "test_pretrained.py", "test_tasks_translate.py", "test_server_api.py", "test_classify_training.py",
-                 "test_export.py", "test_tamil_lesson.py", "test_translate_retrieval.py", "test_translate_pretrained.py",
-                 "test_classify_cli.py", "test_translate_cli.py")
+SLOWEST_FIRST = ("test_docs.py", "test_distributed.py", "test_elastic.py", "test_crash_resume.py", "test_ood_score.py",
+                 "test_pretrained.py", "test_export.py", "test_classify_training.py", "test_generation.py",
+                 "test_server_api.py", "test_translate_retrieval.py", "test_classify_cli.py", "test_translate_cli.py",
+                 "test_tasks_translate.py", "test_logs.py")
 
 
 def pytest_collection_modifyitems(items):
