@@ -193,6 +193,45 @@ def test_the_test_decoding_scores_what_fits_and_says_it_was_cut(monkeypatch):
     assert scored == [] and scores["scored"] == 0 and scores["cut_by_budget"]
 
 
+def test_the_test_decoding_does_not_count_its_compilation_as_the_rate_per_pair(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(budgets, "now", clock)
+    calls = []
+
+    def decode(texts, beam, domain=None):  # 40 s compiling on the first call, then 0.1 s a pair
+        clock.t += (40.0 if not calls else 0.0) + 0.1 * len(texts)
+        calls.append(len(texts))
+        return list(texts)
+
+    fake = SimpleNamespace(translate=decode, scores_of=lambda pairs, hyps, **k: {"n": len(pairs)})
+    budget = budgets.CommandBudget(deadline=clock.t + 90, estimates={"writing": 0.0},
+                                   costs=budgets.PhaseCosts(decode_pair=0.1, decode_fixed=40.0))
+    pairs = [Pair(f"source {i}", f"target {i}") for i in range(400)]
+    scores, _, _ = phases.evaluation(fake, pairs, 1, budget, None)
+    # 40 s + 400 x 0.1 s = 80 s fits 90; the first chunk's average (46.4 s / 64 pairs) would have stopped it at 64
+    assert scores["scored"] == 400 and not scores["cut_by_budget"] and clock.t - 1000.0 == pytest.approx(80.0)
+
+
+def test_tuning_plans_the_test_decoding_at_its_fastest_decode_with_retrieval(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(budgets, "now", clock)
+    store = retrieval.Datastore(np.zeros((20, 4), "float16"), np.arange(20, dtype="int32"), k=8, temperature=1.0,
+                                lam=0.3)
+
+    def tune_on_pairs(translator, datastore, valid_pairs, limit, coarse, stop, on_score):
+        # seconds per decode of 30 pairs: compiling for k 8, warm, compiling for k 16, without retrieval (compiling)
+        for seconds, with_retrieval in ((33.0, True), (3.0, True), (30.0, True), (20.0, False)):
+            clock.t += seconds
+            on_score(30, with_retrieval)
+        return datastore
+
+    monkeypatch.setattr(retrieval, "tune_on_pairs", tune_on_pairs)
+    budget = budgets.CommandBudget(deadline=None)
+    phases.tuning(SimpleNamespace(with_retrieval=lambda store: None), store,
+                  [Pair(f"s{i}", f"t{i}") for i in range(30)], budget, None)
+    assert budget.costs.decode_pair == pytest.approx(0.1)
+
+
 @pytest.mark.usefixtures("eager_decoding")
 def test_a_budgeted_run_shrinks_training_cuts_tuning_and_fits_the_budget(tmp_path, monkeypatch):
     pairs = arbitrary_pairs(40, seed=5)

@@ -42,8 +42,8 @@ class PhaseCosts:
     keys per datastore entry, at a disk's ~50 MB a second, plus a few seconds. ``decode_fixed``: what
     a decoding phase spends before its first pair (the decode loop compiled for its beam, the
     datastore's keys made a tensor): 23-28 s for tuning's and up to ~75 s for beam 4's on a
-    million entries, the same run. Tuning replaces ``decode_pair`` by what its own decodes
-    measured (the test decoding uses that). A model without a datastore decodes far faster:
+    million entries, the same run. Tuning replaces ``decode_pair`` by the fastest of its own
+    decodes with retrieval (the others include compiling a loop; the test decoding plans with it). A model without a datastore decodes far faster:
     the en-es recipe's 2,000 test pairs greedily in 11 s, compilation included (the same machine,
     2026-12-06), so ``plain_decode_pair`` 0.01 and ``plain_decode_fixed`` 15 s (:meth:`for_run`);
     with the retrieval costs that run kept 205 s for a phase that took 11.

@@ -324,10 +324,11 @@ def tune(datastore: Datastore, score: Callable[[Datastore | None], float], progr
 
 def tune_on_pairs(translator, datastore: Datastore, valid_pairs, limit: int = TUNE_PAIRS,
                   progress=None, coarse: bool = False, stop: Callable[[], bool] | None = None,
-                  on_score: Callable[[int], None] | None = None) -> Datastore:
+                  on_score: Callable[[int, bool], None] | None = None) -> Datastore:
     """:func:`tune` by greedy chrF of the first ``limit`` validation pairs (only those: the caller
     passes the validation split, never the test pairs); records ``valid_pairs`` in the tuning.
-    ``coarse`` and ``stop`` as :func:`tune`; ``on_score(pairs)`` after each decode of them."""
+    ``coarse`` and ``stop`` as :func:`tune`; ``on_score(pairs, with_retrieval)`` after each decode
+    of them (``with_retrieval`` False: the decode without a datastore)."""
     pairs = list(valid_pairs)[:limit]
     if not pairs:
         raise BadInput("{field} holds no pairs to choose the retrieval weights on", field="valid")
@@ -335,7 +336,7 @@ def tune_on_pairs(translator, datastore: Datastore, valid_pairs, limit: int = TU
     def score(store: Datastore | None) -> float:
         chrf = translator.with_retrieval(store).score(pairs, beam=1)[0]["chrf"]
         if on_score is not None:
-            on_score(len(pairs))
+            on_score(len(pairs), store is not None)
         return chrf
 
     tuned = tune(datastore, score, progress, coarse, stop)
