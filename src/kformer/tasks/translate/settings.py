@@ -39,8 +39,8 @@ class TranslateConfig(TaskSettings):
     corpus_tags: bool = setting(
         False, "data", "with several corpora: start each training source with a token naming its corpus's domain (its "
         f"tag), all but a seeded {NEUTRAL_SHARE:.0%} left neutral, so a translation may ask for a domain (translate "
-        "--domain TAG) or not; held-out pairs carry their corpus's tag, given --valid/--test pairs none. Off by default "
-        "until runs on validation pairs decide it")
+        "--domain TAG) or not; held-out pairs carry their corpus's tag, given --valid/--test pairs none. Off: on the "
+        "seven English-Tamil corpora they scored lower on validation (BENCHMARKS.md)")
     dim: int | Auto = setting(AUTO, "model", "model width")
     heads: int = setting(4, "model", "attention heads")
     ff_dim: int | Auto = setting(AUTO, "model", "feed-forward width")
