@@ -144,8 +144,9 @@ def evaluation(translator, pairs: Sequence[Pair], beam: int, budget: CommandBudg
                domains: Sequence[str | None] | None = None) -> tuple[dict[str, Any], list[Pair], list[str]]:
     """Scores of the test pairs that fit the time left (a prefix of them: the split is random),
     decoded shortest first in :data:`DECODE_CHUNK`s, stopping early when the rate measured says the
-    next chunk would not fit (:func:`_seconds_per_pair`: the first chunk also compiles the loop); the scores say how many were ``scored`` of how many ``held_out`` and
-    whether the budget ``cut`` them. ``domains``: each pair's tag (None: all neutral), as
+    next chunk would not fit (:func:`_seconds_per_pair`: the first chunk also compiles the loop);
+    the scores say how many were ``scored`` of how many ``held_out`` and whether the budget ``cut``
+    them. ``domains``: each pair's tag (None: all neutral), as
     :meth:`~.model.Translator.translate`'s ``domain``. Returns ``(scores, pairs scored, their
     translations)``."""
     from kformer.tasks.translate.model import MAX_REPEAT
