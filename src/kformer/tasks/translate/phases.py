@@ -161,7 +161,8 @@ def evaluation(translator, pairs: Sequence[Pair], beam: int, budget: CommandBudg
     for at in range(0, count, DECODE_CHUNK):
         chunk = chosen[at: at + DECODE_CHUNK]
         left = budget.left_for("evaluation")
-        if done and left is not None and left < _seconds_per_pair(done, warm, started, planned, budget) * len(chunk):
+        if done and left is not None and left < _seconds_per_pair(len(done), warm, started, planned,
+                                                                  budget.costs.decode_fixed) * len(chunk):
             break
         translations += translator.translate([pairs[i].source for i in chunk], beam=beam,
                                              domain=None if domains is None else [domains[i] for i in chunk])
@@ -179,11 +180,11 @@ def evaluation(translator, pairs: Sequence[Pair], beam: int, budget: CommandBudg
     return scores, scored, translations
 
 
-def _seconds_per_pair(done: list[int], warm: tuple[float, int], started: float, planned: float,
-                      budget: CommandBudget) -> float:
-    """The test decoding's rate so far: that of the chunks after the first (``warm``: the clock and
-    the pairs done when it ended); after the first alone, its time less the loop's compilation
-    (``decode_fixed``), at least the ``planned`` rate."""
-    if len(done) > warm[1]:
-        return (budgets.now() - warm[0]) / (len(done) - warm[1])
-    return max(planned, (warm[0] - started - budget.costs.decode_fixed) / len(done))
+def _seconds_per_pair(done: int, warm: tuple[float, int], started: float, planned: float,
+                      compiling: float) -> float:
+    """The test decoding's rate after ``done`` pairs: that of the chunks after the first (``warm``:
+    the clock and the pairs done when it ended); after the first alone, its time less the loop's
+    estimated ``compiling`` seconds, at least the ``planned`` rate."""
+    if done > warm[1]:
+        return (budgets.now() - warm[0]) / (done - warm[1])
+    return max(planned, (warm[0] - started - compiling) / done)
