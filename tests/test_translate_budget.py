@@ -212,6 +212,25 @@ def test_the_test_decoding_does_not_count_its_compilation_as_the_rate_per_pair(m
     assert scores["scored"] == 400 and not scores["cut_by_budget"] and clock.t - 1000.0 == pytest.approx(80.0)
 
 
+def test_the_test_decoding_goes_on_when_it_compiled_faster_than_planned(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(budgets, "now", clock)
+
+    def decode(texts, beam, domain=None):  # 5 s compiling on the first call (45 planned), then 0.1 s a pair
+        clock.t += (5.0 if clock.t == 1000.0 else 0.0) + 0.1 * len(texts)
+        return list(texts)
+
+    fake = SimpleNamespace(translate=decode, scores_of=lambda pairs, hyps, **k: {"n": len(pairs)})
+    budget = budgets.CommandBudget(deadline=clock.t + 100, estimates={"writing": 0.0},
+                                   costs=budgets.PhaseCosts(decode_pair=0.5, decode_fixed=45.0))
+    pairs = [Pair(f"source {i}", f"target {i}") for i in range(400)]
+    events = []
+    scores, scored, _ = phases.evaluation(fake, pairs, 1, budget, events.append)
+    # planned 110 pairs ((100 - 45) s at 0.5 s); they took 16 s, and the 0.1 s measured fits the other 290
+    assert scores["scored"] == len(scored) == 400 and not scores["cut_by_budget"] and scored == pairs
+    assert clock.t - 1000.0 == pytest.approx(45.0) and (events[-1].step, events[-1].total_steps) == (400, 400)
+
+
 def test_tuning_plans_the_test_decoding_at_its_fastest_decode_with_retrieval(monkeypatch):
     clock = Clock()
     monkeypatch.setattr(budgets, "now", clock)

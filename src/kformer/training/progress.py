@@ -223,6 +223,10 @@ class PhaseReporter:
         if self.last is None or self.clock() - self.last >= self.every_seconds:
             self._send("phase")
 
+    def extend(self, items: int) -> None:
+        """``items`` more to do than the total planned (a phase that found time for more)."""
+        self.total += max(int(items), 0)
+
     def close(self) -> None:
         """The phase ended (after all its items or fewer)."""
         self._send("phase_end")

@@ -143,32 +143,39 @@ def kept(store: Datastore | None, progress: Progress | None) -> Datastore | None
 def evaluation(translator, pairs: Sequence[Pair], beam: int, budget: CommandBudget, progress: Progress | None,
                domains: Sequence[str | None] | None = None) -> tuple[dict[str, Any], list[Pair], list[str]]:
     """Scores of the test pairs that fit the time left (a prefix of them: the split is random),
-    decoded shortest first in :data:`DECODE_CHUNK`s, stopping early when the rate measured says the
-    next chunk would not fit (:func:`_seconds_per_pair`: the first chunk also compiles the loop);
-    the scores say how many were ``scored`` of how many ``held_out`` and whether the budget ``cut``
-    them. ``domains``: each pair's tag (None: all neutral), as
-    :meth:`~.model.Translator.translate`'s ``domain``. Returns ``(scores, pairs scored, their
-    translations)``."""
+    decoded in rounds: each round a further slice of the pairs, as many as the rate so far says fit
+    (the first at the planned rate, after the loop's compilation), shortest first in
+    :data:`DECODE_CHUNK`s, stopping early when the rate measured says the next chunk would not fit
+    (:func:`_seconds_per_pair`: the first chunk also compiles the loop). The scores say how many were
+    ``scored`` of how many ``held_out`` and whether the budget ``cut`` them. ``domains``: each pair's
+    tag (None: all neutral), as :meth:`~.model.Translator.translate`'s ``domain``. Returns
+    ``(scores, pairs scored, their translations)``."""
     from kformer.tasks.translate.model import MAX_REPEAT
 
-    started = budgets.now()
-    count = budgets.pairs_that_fit(budget.decoding_seconds("evaluation"), budget.costs.decode_pair * beam, len(pairs))
-    chosen = sorted(range(count), key=lambda i: len(pairs[i].source))
+    started, planned = budgets.now(), budget.costs.decode_pair * beam
+    count = budgets.pairs_that_fit(budget.decoding_seconds("evaluation"), planned, len(pairs))
     reporter = _reporter(progress, "test decoding (held-out pairs)", count, budget)
     done: list[int] = []
     translations: list[str] = []
-    planned, warm = budget.costs.decode_pair * beam, None  # warm: (clock, pairs done) after the first chunk
-    for at in range(0, count, DECODE_CHUNK):
-        chunk = chosen[at: at + DECODE_CHUNK]
-        left = budget.left_for("evaluation")
-        if done and left is not None and left < _seconds_per_pair(len(done), warm, started, planned,
-                                                                  budget.costs.decode_fixed) * len(chunk):
-            break
-        translations += translator.translate([pairs[i].source for i in chunk], beam=beam,
-                                             domain=None if domains is None else [domains[i] for i in chunk])
-        done += chunk
-        warm = warm or (budgets.now(), len(done))
-        reporter.advance(len(chunk))
+    warm, rounds_from = None, 0  # warm: (clock, pairs done) after the first chunk
+
+    def rate() -> float:
+        return _seconds_per_pair(len(done), warm, started, planned, budget.costs.decode_fixed)
+
+    while rounds_from < count:
+        chosen, rounds_from = sorted(range(rounds_from, count), key=lambda i: len(pairs[i].source)), count
+        for at in range(0, len(chosen), DECODE_CHUNK):
+            chunk, left = chosen[at: at + DECODE_CHUNK], budget.left_for("evaluation")
+            if done and left is not None and left < rate() * len(chunk):
+                break
+            translations += translator.translate([pairs[i].source for i in chunk], beam=beam,
+                                                 domain=None if domains is None else [domains[i] for i in chunk])
+            done += chunk
+            warm = warm or (budgets.now(), len(done))
+            reporter.advance(len(chunk))
+        else:  # the whole round fitted: the rate measured may leave time for more of the pairs
+            count += budgets.pairs_that_fit(budget.left_for("evaluation"), rate(), len(pairs) - count) if done else 0
+            reporter.extend(count - rounds_from)
     reporter.close()
     order = sorted(range(len(done)), key=lambda j: done[j])  # back into the pairs' order
     scored, translations = [pairs[done[j]] for j in order], [translations[j] for j in order]
