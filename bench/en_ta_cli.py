@@ -10,6 +10,10 @@ The folder is trained by the command itself, as a user runs it (timed from outsi
         --test SPLIT/test.tsv --recipe en-ta --max-minutes 30 --out runs/en-ta
     python -m bench.en_ta_cli --folder runs/en-ta --wall-seconds S
 
+Several folders (the same command with ``--seed`` 0, 1, 2: ``--folder A B C --wall-seconds SA SB SC``)
+give each seed's rows and, first, their mean with the sample sd of each test chrF (the final row of
+issue 32: the recipe over 3 seeds).
+
 Rows: the folder decoded greedily with its datastore and without it (TICO-19 test documents and
 Joshua IPC test sentences, ``tico_*`` / ``ipc_*``; ``*_s_per_sent``: decode seconds per sentence,
 cold: each decode shape compiles once, as a ``kformer evaluate`` does), the test decoding the run
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -29,15 +34,16 @@ from bench.harness import record_results, results_table
 from bench.headlines import Headline
 
 TITLE = "English->Tamil from the command line: all seven corpora, --max-minutes 30"
+MEAN_OR_ONLY = r"greedy \+ kNN-MT(, mean of \d+ seeds)?$"  # a seed's own row ends "(seed N)"
 # This benchmark's rows in BENCHMARKS.md's summary (bench/headlines.py says how they are read)
 HEADLINES = (
     Headline("translation", r"English->Tamil from the command line: all seven corpora, --max-minutes 30$", "tico_chrf",
              name="English->Tamil, all corpora, one CLI command of 30 minutes, TICO-19 test documents",
-             metric_name="chrF", kformer={"system": r"greedy \+ kNN-MT$"}, baseline={"system": r"^memory$"},
+             metric_name="chrF", kformer={"system": MEAN_OR_ONLY}, baseline={"system": r"^memory$"},
              target=">= 27"),
     Headline("translation", r"English->Tamil from the command line: all seven corpora, --max-minutes 30$", "ipc_chrf",
              name="English->Tamil, all corpora, one CLI command of 30 minutes, Joshua IPC test sentences",
-             metric_name="chrF", kformer={"system": r"greedy \+ kNN-MT$"}, baseline={"system": r"^memory$"},
+             metric_name="chrF", kformer={"system": MEAN_OR_ONLY}, baseline={"system": r"^memory$"},
              target=">= baseline"),
     Headline("translation", r"English->Tamil from the command line: all seven corpora, --max-minutes 30, ", "valid_chrf",
              name="English->Tamil, all corpora, one CLI command of 30 minutes, a variant of the recipe (validation)",
@@ -57,7 +63,7 @@ def folder_rows(folder: Path, split, wall_seconds: float | None) -> list[dict]:
                        for p in metrics["phases"])
     translator = translate.load(folder)
     store = translator.retrieval
-    common = {"train_pairs": metrics["splits"]["train"], "epochs": metrics["epochs_run"], "wall_s": wall_seconds,
+    common = {"seed": metrics["recipe"].get("seed", 0), "train_pairs": metrics["splits"]["train"], "epochs": metrics["epochs_run"], "wall_s": wall_seconds,
               "knn_entries": None if store is None else store.entries, "phases": phases}
     rows = []
     for with_store in ((True, False) if store is not None else (False,)):
@@ -81,10 +87,29 @@ def folder_rows(folder: Path, split, wall_seconds: float | None) -> list[dict]:
     return [*rows, own]
 
 
+def seeds_rows(runs: list[list[dict]]) -> list[dict]:
+    """One folder's rows as they are; several folders' (one per seed): the mean of each decoding
+    over the seeds (``bench.en_ta.mean_row``: sd of each test chrF), then every seed's rows with
+    ``(seed N)`` after their system."""
+    from bench.en_ta import mean_row
+
+    if len(runs) == 1:
+        return runs[0]
+    if len({tuple(row["system"] for row in run) for run in runs}) > 1:
+        raise SystemExit("the folders decode differently (one kept no datastore): their rows cannot be averaged")
+    means = [mean_row(f"{row['system']}, mean of {len(runs)} seeds", [run[i] for run in runs])
+             | {"wall_s": statistics.fmean(run[i]["wall_s"] or 0.0 for run in runs),
+                "epochs": "/".join(str(run[i]["epochs"]) for run in runs)}
+             for i, row in enumerate(runs[0]) if "greedy" in row["system"]]
+    return means + [row | {"system": f"{row['system']} (seed {row['seed']})"} for run in runs for row in run]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--folder", type=Path, required=True, help="the folder the CLI command wrote")
-    parser.add_argument("--wall-seconds", type=float, default=None, help="the command's wall time, measured outside")
+    parser.add_argument("--folder", type=Path, nargs="+", required=True,
+                        help="the folder the CLI command wrote (several: one per --seed, and their mean)")
+    parser.add_argument("--wall-seconds", type=float, nargs="+", default=None,
+                        help="the command's wall time, measured outside (one per folder)")
     parser.add_argument("--variant", default="", help="the flags the run added to the recipe's command, e.g. "
                         "'--encoder-learning-rate 3e-5' (its own title: the recipe's rows in the summary stay)")
     parser.add_argument("--note", default="", help="a sentence appended to the notes (what else the run showed)")
@@ -93,8 +118,11 @@ def main() -> None:
     from bench.en_ta import SYSTEMS, baseline_row
     from bench.en_ta_splits import split as make_split
 
+    if args.wall_seconds and len(args.wall_seconds) != len(args.folder):
+        raise SystemExit(f"--wall-seconds: {len(args.wall_seconds)} values for {len(args.folder)} folders")
     split = make_split()
-    rows = folder_rows(args.folder, split, args.wall_seconds)
+    walls = args.wall_seconds or [None] * len(args.folder)
+    rows = seeds_rows([folder_rows(folder, split, wall) for folder, wall in zip(args.folder, walls, strict=True)])
     rows += [baseline_row(name, SYSTEMS[name], split) for name in ("memory", "memory-base", "floor")]
     rows = [{k: v for k, v in row.items() if not k.startswith("valid_") or k == "valid_chrf"} for row in rows]
     notes = ("The folder was trained by `kformer train translate --data SPLIT/train --valid SPLIT/valid.tsv --test "
@@ -106,7 +134,10 @@ def main() -> None:
              "greedy, what compares two runs' settings). memory: TF-IDF nearest training source over all the run's "
              "training pairs; memory-base: over TICO-19 + Tatoeba only; floor: a random training target. "
              "Targets (issue 32): TICO-19 chrF >= 27 and >= memory; Joshua IPC >= memory." + (
-                 f" {args.note}" if args.note else ""))
+                 f" {args.note}" if args.note else "") + (
+                 f" The {len(args.folder)} folders: that command with --seed 0 (the default), 1, ...; each mean "
+                 "row averages the seeds' rows of its decoding (*_sd: the sample sd over the seeds)."
+                 if len(args.folder) > 1 else ""))
     if args.no_record:
         print(results_table(rows, "memory", ("tico_chrf", "ipc_chrf")) + "\n\n" + notes)
         return
