@@ -229,6 +229,12 @@ def test_the_test_decoding_goes_on_when_it_compiled_faster_than_planned(monkeypa
     # planned 110 pairs ((100 - 45) s at 0.5 s); they took 16 s, and the 0.1 s measured fits the other 290
     assert scores["scored"] == len(scored) == 400 and not scores["cut_by_budget"] and scored == pairs
     assert clock.t - 1000.0 == pytest.approx(45.0) and (events[-1].step, events[-1].total_steps) == (400, 400)
+    clock.t, more = 1000.0, [Pair(f"source {i}", f"target {i}") for i in range(1000)]
+    budget = budgets.CommandBudget(deadline=clock.t + 100, estimates={"writing": 0.0},
+                                   costs=budgets.PhaseCosts(decode_pair=0.5, decode_fixed=45.0))
+    scores, scored, _ = phases.evaluation(fake, more, 1, budget, None)
+    # of the other 890, the 84 s left fit 840: whole chunks of 64 only, 832 (99.2 s in all)
+    assert scores["scored"] == 110 + 832 and scored == more[:942] and clock.t - 1000.0 == pytest.approx(99.2)
 
 
 def test_tuning_plans_the_test_decoding_at_its_fastest_decode_with_retrieval(monkeypatch):

@@ -144,7 +144,8 @@ def evaluation(translator, pairs: Sequence[Pair], beam: int, budget: CommandBudg
                domains: Sequence[str | None] | None = None) -> tuple[dict[str, Any], list[Pair], list[str]]:
     """Scores of the test pairs that fit the time left (a prefix of them: the split is random),
     decoded in rounds: each round a further slice of the pairs, as many as the rate so far says fit
-    (the first at the planned rate, after the loop's compilation), shortest first in
+    (the first at the planned rate, after the loop's compilation; the later ones in whole chunks:
+    :func:`_more_pairs`), shortest first in
     :data:`DECODE_CHUNK`s, stopping early when the rate measured says the next chunk would not fit
     (:func:`_seconds_per_pair`: the first chunk also compiles the loop). The scores say how many were
     ``scored`` of how many ``held_out`` and whether the budget ``cut`` them. ``domains``: each pair's
@@ -174,7 +175,7 @@ def evaluation(translator, pairs: Sequence[Pair], beam: int, budget: CommandBudg
             warm = warm or (budgets.now(), len(done))
             reporter.advance(len(chunk))
         else:  # the whole round fitted: the rate measured may leave time for more of the pairs
-            count += budgets.pairs_that_fit(budget.left_for("evaluation"), rate(), len(pairs) - count) if done else 0
+            count += _more_pairs(budget.left_for("evaluation"), rate(), len(pairs) - count) if done else 0
             reporter.extend(count - rounds_from)
     reporter.close()
     order = sorted(range(len(done)), key=lambda j: done[j])  # back into the pairs' order
@@ -185,6 +186,14 @@ def evaluation(translator, pairs: Sequence[Pair], beam: int, budget: CommandBudg
     scores.update(scored=len(scored), held_out=len(pairs), cut_by_budget=cut is not None)
     budget.record("evaluation", started, budget.estimates.get("evaluation"), cut)
     return scores, scored, translations
+
+
+def _more_pairs(left: float | None, seconds_per_pair: float, remaining: int) -> int:
+    """How many of the ``remaining`` test pairs a further round decodes: all that fit when that is
+    all of them, else whole :data:`DECODE_CHUNK`s only (a batch of a new size compiles its loop
+    again, which can cost more than a few pairs are worth)."""
+    fit = budgets.pairs_that_fit(left, seconds_per_pair, remaining)
+    return fit if fit == remaining else fit - fit % DECODE_CHUNK
 
 
 def _seconds_per_pair(done: int, warm: tuple[float, int], started: float, planned: float,
