@@ -145,12 +145,12 @@ def evaluation(translator, pairs: Sequence[Pair], beam: int, budget: CommandBudg
     """Scores of the test pairs that fit the time left (a prefix of them: the split is random),
     decoded in rounds: each round a further slice of the pairs, as many as the rate so far says fit
     (the first at the planned rate, after the loop's compilation; the later ones in whole chunks:
-    :func:`_more_pairs`), shortest first in
-    :data:`DECODE_CHUNK`s, stopping early when the rate measured says the next chunk would not fit
-    (:func:`_seconds_per_pair`: the first chunk also compiles the loop). The scores say how many were
-    ``scored`` of how many ``held_out`` and whether the budget ``cut`` them. ``domains``: each pair's
-    tag (None: all neutral), as :meth:`~.model.Translator.translate`'s ``domain``. Returns
-    ``(scores, pairs scored, their translations)``."""
+    :func:`_more_pairs`), shortest first in :data:`DECODE_CHUNK`s, stopping early when the rate
+    measured says the next chunk would not fit (:func:`_seconds_per_pair`: the first chunk also
+    compiles the loop). The scores say how many were ``scored`` of how many ``held_out`` and whether
+    the budget ``cut`` them. ``domains``: each pair's tag (None: all neutral), as
+    :meth:`~.model.Translator.translate`'s ``domain``. Returns ``(scores, pairs scored, their
+    translations)``."""
     from kformer.tasks.translate.model import MAX_REPEAT
 
     started, planned = budgets.now(), budget.costs.decode_pair * beam
