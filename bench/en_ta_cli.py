@@ -97,8 +97,9 @@ def seeds_rows(runs: list[list[dict]]) -> list[dict]:
         return runs[0]
     if len({tuple(row["system"] for row in run) for run in runs}) > 1:
         raise SystemExit("the folders decode differently (one kept no datastore): their rows cannot be averaged")
+    walls_known = all(run[0]["wall_s"] is not None for run in runs)
     means = [mean_row(f"{row['system']}, mean of {len(runs)} seeds", [run[i] for run in runs])
-             | {"wall_s": statistics.fmean(run[i]["wall_s"] or 0.0 for run in runs),
+             | {"wall_s": statistics.fmean(run[i]["wall_s"] for run in runs) if walls_known else None,
                 "epochs": "/".join(str(run[i]["epochs"]) for run in runs)}
              for i, row in enumerate(runs[0]) if "greedy" in row["system"]]
     return means + [row | {"system": f"{row['system']} (seed {row['seed']})"} for run in runs for row in run]
