@@ -216,8 +216,11 @@ def test_the_test_decoding_goes_on_when_it_compiled_faster_than_planned(monkeypa
     clock = Clock()
     monkeypatch.setattr(budgets, "now", clock)
 
+    calls = []
+
     def decode(texts, beam, domain=None):  # 5 s compiling on the first call (45 planned), then 0.1 s a pair
-        clock.t += (5.0 if clock.t == 1000.0 else 0.0) + 0.1 * len(texts)
+        clock.t += (5.0 if not calls else 0.0) + 0.1 * len(texts)
+        calls.append(len(texts))
         return list(texts)
 
     fake = SimpleNamespace(translate=decode, scores_of=lambda pairs, hyps, **k: {"n": len(pairs)})
@@ -230,6 +233,7 @@ def test_the_test_decoding_goes_on_when_it_compiled_faster_than_planned(monkeypa
     assert scores["scored"] == len(scored) == 400 and not scores["cut_by_budget"] and scored == pairs
     assert clock.t - 1000.0 == pytest.approx(45.0) and (events[-1].step, events[-1].total_steps) == (400, 400)
     clock.t, more = 1000.0, [Pair(f"source {i}", f"target {i}") for i in range(1000)]
+    calls.clear()  # a new run: its first call compiles again
     budget = budgets.CommandBudget(deadline=clock.t + 100, estimates={"writing": 0.0},
                                    costs=budgets.PhaseCosts(decode_pair=0.5, decode_fixed=45.0))
     scores, scored, _ = phases.evaluation(fake, more, 1, budget, None)
