@@ -76,8 +76,23 @@ def test_estimates_follow_the_sizes_and_the_costs():
     planned.plan(replace(sizes, retrieval=False))  # what a run without retrieval sizes its test decoding with
     assert planned.costs.decode_pair == budgets.COSTS.plain_decode_pair < budgets.COSTS.decode_pair
     assert planned.estimates == budgets.estimate_phases(replace(sizes, retrieval=False), budgets.COSTS.for_run(False))
-    planned.plan(sizes)
-    assert planned.costs == budgets.COSTS and planned.floors == budgets.phase_floors(sizes)
+    planned.plan(sizes)  # 10,000 entries: 1 % of the way from the plain decoding's fixed cost to a million entries
+    scaled = budgets.COSTS.plain_decode_fixed + 0.01 * (budgets.COSTS.decode_fixed - budgets.COSTS.plain_decode_fixed)
+    assert planned.costs.decode_fixed == pytest.approx(scaled)
+    assert replace(planned.costs, decode_fixed=budgets.COSTS.decode_fixed) == budgets.COSTS
+    assert planned.floors == budgets.phase_floors(sizes, planned.costs)
+
+
+def test_a_smaller_datastore_is_costed_a_smaller_fixed_decoding_cost():
+    costs = budgets.PhaseCosts(decode_fixed=45.0, plain_decode_fixed=15.0)
+    fixed = {entries: costs.for_run(True, entries).decode_fixed for entries in (0, 250_000, 10**6, 3 * 10**6)}
+    assert fixed == pytest.approx({0: 15.0, 250_000: 22.5, 10**6: 45.0, 3 * 10**6: 45.0})
+    assert costs.for_run(True) is costs and costs.for_run(False, 10).decode_fixed == 15.0
+    # 60,000 entries (a few thousand pairs): tuning's and the test decoding's floors leave the datastore
+    # 2 x 28.2 s that a million entries' fixed cost would have taken from it
+    sizes = budgets.PhaseSizes(target_tokens=60_000, tune_pairs=150, grid_settings=19, coarse_settings=4, test_pairs=300)
+    small, large = (budgets.phase_floors(sizes, c) for c in (costs.for_run(True, 60_000), costs))
+    assert large["tuning"] + large["evaluation"] - small["tuning"] - small["evaluation"] == pytest.approx(2 * 28.2)
 
 
 def test_the_grid_sizes_tuning_plans_with():
@@ -276,7 +291,7 @@ def test_a_budgeted_run_shrinks_training_cuts_tuning_and_fits_the_budget(tmp_pat
         return real_translate(self, texts, **options)
 
     monkeypatch.setattr(translate.Translator, "translate", slow_translate)
-    monkeypatch.setattr(budgets, "COSTS", replace(budgets.COSTS, decode_pair=1.0, decode_fixed=0.0))
+    monkeypatch.setattr(budgets, "COSTS", replace(budgets.COSTS, decode_pair=1.0, decode_fixed=0.0, plain_decode_fixed=0.0))
     events, started = [], budgets.now()
     result = translate.train({**TINY, "retrieval": "on", "max_minutes": 1.0}, files[0], tmp_path / "model",
                              valid=files[1], test=files[2], progress=events.append)

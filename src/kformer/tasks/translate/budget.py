@@ -25,6 +25,9 @@ from dataclasses import dataclass, field, replace
 PHASES = ("training", "datastore", "tuning", "evaluation", "writing")  # in the order they run
 
 
+FIXED_COST_ENTRIES = 1_000_000  # the datastore size PhaseCosts.decode_fixed was measured at
+
+
 @dataclass(frozen=True)
 class PhaseCosts:
     """Seconds per item of the phases after training, on a 2-core CPU, before the run measures its own.
@@ -46,7 +49,9 @@ class PhaseCosts:
     decodes with retrieval (the others include compiling a loop; the test decoding plans with it). A model without a datastore decodes far faster:
     the en-es recipe's 2,000 test pairs greedily in 11 s, compilation included (the same machine,
     2026-12-06), so ``plain_decode_pair`` 0.01 and ``plain_decode_fixed`` 15 s (:meth:`for_run`);
-    with the retrieval costs that run kept 205 s for a phase that took 11.
+    with the retrieval costs that run kept 205 s for a phase that took 11. ``decode_fixed`` is
+    a million-entry datastore's; a smaller one's is scaled down linearly towards the plain
+    decoding's (:meth:`for_run`): its keys are fewer to make a tensor of and to index.
     """
 
     datastore_token: float = 1 / 2000
@@ -58,12 +63,16 @@ class PhaseCosts:
     write_entry: float = 1 / 50_000
     write_fixed: float = 3.0
 
-    def for_run(self, retrieval: bool) -> PhaseCosts:
-        """These costs, or (``retrieval`` False: the model decodes without a datastore) with the
-        plain decoding costs as ``decode_pair`` and ``decode_fixed``."""
-        if retrieval:
+    def for_run(self, retrieval: bool, entries: int | None = None) -> PhaseCosts:
+        """These costs for a run with a datastore of ``entries`` (None: a million or more), or
+        (``retrieval`` False: the model decodes without one) with the plain decoding costs as
+        ``decode_pair`` and ``decode_fixed``."""
+        if not retrieval:
+            return replace(self, decode_pair=self.plain_decode_pair, decode_fixed=self.plain_decode_fixed)
+        if entries is None or entries >= FIXED_COST_ENTRIES:
             return self
-        return replace(self, decode_pair=self.plain_decode_pair, decode_fixed=self.plain_decode_fixed)
+        share = entries / FIXED_COST_ENTRIES
+        return replace(self, decode_fixed=self.plain_decode_fixed + share * (self.decode_fixed - self.plain_decode_fixed))
 
 
 COSTS = PhaseCosts()
@@ -176,7 +185,7 @@ class CommandBudget:
     def plan(self, sizes: PhaseSizes) -> None:
         """Size the phases after training for ``sizes``: their costs (:meth:`PhaseCosts.for_run`),
         estimates and floors."""
-        self.costs = COSTS.for_run(sizes.retrieval)
+        self.costs = COSTS.for_run(sizes.retrieval, sizes.target_tokens)
         self.estimates, self.floors = estimate_phases(sizes, self.costs), phase_floors(sizes, self.costs)
 
     def left(self) -> float | None:
