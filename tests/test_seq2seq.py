@@ -82,6 +82,24 @@ def test_attention_maps_shapes_and_masking():
     assert np.abs(np.triu(maps["decoder_self"][0, 0, 0], k=1)).max() < 1e-6
 
 
+def test_one_token_inputs_have_maps_without_a_warning_equal_to_a_longer_inputs_first_rows():
+    import warnings
+
+    model = _model()
+    source, target_in = _batch()
+    longer = model.attention_maps(source[:1], target_in[:1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Keras warns of a softmax over a single key
+        first = model.attention_maps(source[:1], target_in[:1, :1])
+        single = model.attention_maps(source[:1, :1], target_in[:1, :1])
+    assert first["decoder_self"].shape == (1, 2, 2, 1, 1) and single["encoder"].shape == (1, 2, 2, 1, 1)
+    np.testing.assert_allclose(first["decoder_self"], 1.0, atol=1e-6)
+    np.testing.assert_allclose(single["encoder"], 1.0, atol=1e-6)
+    np.testing.assert_allclose(single["cross"], 1.0, atol=1e-6)
+    np.testing.assert_allclose(first["cross"], longer["cross"][..., :1, :], atol=1e-6)  # causal: row 0 sees token 0 alone
+    np.testing.assert_allclose(first["encoder"], longer["encoder"], atol=1e-6)
+
+
 @pytest.mark.slow
 def test_keras_round_trip_keeps_logits_and_decoded_tokens(tmp_path):
     model = _model(tie_embeddings=True)

@@ -280,14 +280,17 @@ class Seq2SeqTransformer(keras.Model):
         """
         source_ids = ops.cast(ops.convert_to_tensor(source_ids), "int32")
         target_in = ops.cast(ops.convert_to_tensor(target_in), "int32")
-        x, source_mask, encoder_maps = self.encoder_attention(source_ids)
-        self_maps, cross_maps = self.decoder_attention(target_in, x, source_mask)
+        s, t = int(source_ids.shape[1]), int(target_in.shape[1])
+        # Keras warns of a softmax over one key (a one-token input): one more position, padding,
+        # changes no real position's weights (masked as a key, causal in the decoder); cut after
+        x, source_mask, encoder_maps = self.encoder_attention(_at_least_two(source_ids))
+        self_maps, cross_maps = self.decoder_attention(_at_least_two(target_in), x, source_mask)
 
-        def stack(maps):
-            return ops.convert_to_numpy(ops.stack(maps, axis=1))
+        def stack(maps, rows, cols):
+            return ops.convert_to_numpy(ops.stack(maps, axis=1))[..., :rows, :cols]
 
-        maps = {"encoder": encoder_maps, "decoder_self": self_maps, "cross": cross_maps}
-        return {name: stack(layers) for name, layers in maps.items() if layers}  # no encoder blocks: no encoder map
+        maps = {"encoder": (encoder_maps, s, s), "decoder_self": (self_maps, t, t), "cross": (cross_maps, t, s)}
+        return {name: stack(*layers) for name, layers in maps.items() if layers[0]}  # no encoder blocks: no encoder map
 
     def encoder_attention(self, source_ids):
         """Inference encoding with its maps: ``(encoder_outputs (batch, S, dim), source_mask
@@ -340,6 +343,11 @@ class Seq2SeqTransformer(keras.Model):
     @classmethod
     def from_config(cls, config):
         return cls(**config)
+
+
+def _at_least_two(ids):
+    """``(batch, L)`` ids, padded with id 0 to two positions when ``L`` is 1."""
+    return ops.pad(ids, [[0, 0], [0, 1]]) if int(ids.shape[1]) == 1 else ids
 
 
 def compile_seq2seq(
