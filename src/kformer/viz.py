@@ -118,7 +118,8 @@ def plot_attention(maps, row_tokens, col_tokens, out_dir, prefix: str = "") -> l
             ax.set_title(f"{title}: layer {layer + 1}, mean of {heads} heads", fontsize=9)
             written.append(_save(plt, fig, out_dir / f"{prefix}{name}_layer{layer + 1}.png"))
         cell_w, cell_h = 0.8 + 0.28 * keys, 0.8 + 0.28 * queries
-        fig, axes = plt.subplots(layers, heads, figsize=(cell_w * heads, cell_h * layers), squeeze=False)
+        # + 0.8 in for the figure's title (a one-token map's grid had no room left for it)
+        fig, axes = plt.subplots(layers, heads, figsize=(cell_w * heads, cell_h * layers + 0.8), squeeze=False)
         for layer in range(layers):
             for head in range(heads):
                 ax = axes[layer][head]

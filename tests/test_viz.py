@@ -1,0 +1,27 @@
+"""Attention pictures (:func:`kformer.viz.plot_attention`): one PNG per layer and a grid per map,
+drawn without matplotlib's layout warnings at any size, a one-token map included."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from kformer.viz import plot_attention
+
+
+@pytest.mark.parametrize(("layers", "heads", "queries", "keys"), [(1, 2, 1, 1), (1, 1, 1, 3), (2, 4, 1, 1), (2, 2, 12, 9)])
+def test_maps_of_any_size_draw_every_layer_and_a_grid_without_a_warning(tmp_path, layers, heads, queries, keys):
+    maps = {"decoder_self": np.full((layers, heads, queries, keys), 1.0 / keys, "float32")}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "Tight layout not applied": a title cut off
+        written = plot_attention(maps, ["[START]"] * queries, ["[START]"] * keys, tmp_path)
+    expected = {f"decoder_self_layer{i + 1}.png" for i in range(layers)} | {"decoder_self_grid.png"}
+    assert {path.name for path in written} == expected
+    assert all(path.stat().st_size > 0 for path in written)
+
+
+def test_a_map_of_the_wrong_rank_is_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"\(layers, heads, Lq, Lk\)"):
+        plot_attention({"cross": np.zeros((2, 3, 3))}, [], [], tmp_path)
