@@ -8,6 +8,7 @@ compiles a model: marked ``@pytest.mark.slow``, or using a fixture of :data:`TRA
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,15 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slow)
     rank = {name: place for place, name in enumerate(SLOWEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's tests keep their order
+
+
+def jax_job_env(**extra: str) -> dict[str, str]:
+    """The environment of a data-parallel job's subprocess (tests/test_distributed.py,
+    tests/test_elastic.py): this one without KERAS_BACKEND and XLA_FLAGS (the job sets its own),
+    unbuffered output, and ``extra``. Models this small spend more on XLA's optimising passes than
+    they save (half such a job's CPU time): every run those tests compare compiles without them."""
+    env = {k: v for k, v in os.environ.items() if k not in ("KERAS_BACKEND", "XLA_FLAGS")}
+    return {**env, "PYTHONUNBUFFERED": "1", "JAX_DISABLE_MOST_OPTIMIZATIONS": "1", **extra}
 
 
 @pytest.fixture

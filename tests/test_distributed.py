@@ -9,7 +9,6 @@ a timeout and is killed by its PID; all are launched together, so their start-up
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import jax_job_env as _env
 from conftest import write_tickets
 
 from kformer.errors import BadInput, Unsupported
@@ -34,13 +34,6 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("KERAS_BACKEND", "XLA_FLAGS")}
-    # models this small spend more on XLA's optimising passes than they save (half the job's CPU
-    # time); every run compared here compiles with the same setting
-    return {**env, "PYTHONUNBUFFERED": "1", "JAX_DISABLE_MOST_OPTIMIZATIONS": "1", **extra}
 
 
 def _launch(commands: list[tuple[list[str], dict[str, str]]], cwd: Path) -> list[str]:

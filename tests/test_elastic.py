@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import jax_job_env as _env
 from conftest import write_tickets
 
 from kformer import launcher
@@ -213,13 +214,6 @@ COMMAND = ["-m", "kformer", "train", "classify", "--data", "train.csv", "--valid
            "--blocks=1", "--no-wide", "--quiet", "--distribute", "--num-processes", "2", "--resume", "auto",
            "--out", "job"]  # 96 training rows: 3 batches an epoch
 WORKER = Path(".job.process-1")  # process 1's folder beside --out
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("KERAS_BACKEND", "XLA_FLAGS")}
-    # models this small spend more on XLA's optimising passes than they save (half the job's CPU
-    # time); every run compared here compiles with the same setting
-    return {**env, "PYTHONUNBUFFERED": "1", "JAX_DISABLE_MOST_OPTIMIZATIONS": "1", **extra}
 
 
 def _epochs_done(folder: Path) -> int:
