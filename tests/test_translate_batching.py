@@ -204,6 +204,33 @@ def test_a_three_minute_tico_run_leaves_out_the_startup_and_packs_1024_token_bat
     assert translate_auto.run_tokens(100_767, 20, 0.2, small) == pytest.approx(0.2 * 6 * small.tokens_per_second)
 
 
+def test_batch_tokens_scale_scales_what_auto_picks_within_its_range_and_warmup_follows():
+    """The en-ta recipe halves auto's batch (batch_tokens_scale 0.5): 30 minutes on 1.4 million target
+    tokens packs 2,048-token batches instead of 4,096, with twice the warmup steps; the range's
+    floor still holds; a batch_tokens set by hand is left as it is."""
+    import kformer
+    from kformer.tasks.translate import TranslateConfig
+
+    assert kformer.recipe("en-ta").batch_tokens_scale == 0.5
+    whole, half = training_rules(1_400_000, 40, 30.0), training_rules(1_400_000, 40, 30.0, batch_scale=0.5)
+    assert (whole["batch_tokens"][0], half["batch_tokens"][0]) == (4096, 2048)
+    assert "scaled by 0.5 (batch_tokens_scale)" in half["batch_tokens"][1] and "scaled" not in whole["batch_tokens"][1]
+    assert training_rules(1_000, 40, 1.0, batch_scale=0.5)["batch_tokens"][0] == translate_auto.BATCH_TOKENS_RANGE[0]
+    encoded = EncodedStats(np.full(20_000, 20), np.full(20_000, 30))
+    warmups = []
+    for scale in (1.0, 0.5):
+        config, _ = translate_auto.RULES.resolve(TranslateConfig(max_minutes=30.0, batch_tokens_scale=scale), encoded,
+                                                 phase="encoded")
+        warmups.append(config.warmup_steps)
+        assert config.batch_tokens == training_rules(20_000 * 31, 20, 30.0, batch_scale=scale)["batch_tokens"][0]
+    assert warmups[1] == pytest.approx(2 * warmups[0], abs=1)
+    config, _ = translate_auto.RULES.resolve(TranslateConfig(batch_tokens=512, batch_tokens_scale=0.5), encoded,
+                                             phase="encoded")
+    assert config.batch_tokens == 512
+    with pytest.raises(KformerError, match="batch_tokens_scale must be positive"):
+        TranslateConfig(batch_tokens_scale=0)
+
+
 def test_xla_compiles_the_step_only_where_it_repays_the_compiles():
     least = translate_auto.XLA_MIN_UPDATES
     assert translate_auto.xla_rule(least, "tensorflow")[0] is True

@@ -49,7 +49,8 @@ VOCAB_SIZING = f"about distinct words / {WORDS_PER_PIECE_SLOT}, rounded to {VOCA
 # validation pairs (bench/translate_rules.py, BENCHMARKS.md). English->Tamil, 10 epochs: the small model's rate x2
 # and /2 lost (-2.7, -6.1 chrF, one seed); batch_tokens x2 lost (-9.2) and /2 won (+2.7, 2 seeds, sd 0.2).
 # English->Spanish, 4 minutes: /2 won in one seed and lost in the other (+1.3, -1.9). A rule changes only where an
-# alternative wins beyond noise on two corpora, so both stay.
+# alternative wins beyond noise on two corpora, so both stay; the en-ta recipe halves the batch (batch_tokens_scale),
+# which also won there on all seven corpora (3 seeds each, BENCHMARKS.md).
 MIN_UPDATES = 400  # a run should make at least this many optimizer steps
 MIN_BATCHES_PER_EPOCH = 8
 BATCH_TOKENS_RANGE = (64, 4096)
@@ -224,7 +225,7 @@ def _max_length(config, stats: EncodedStats):
 def _training(config, stats: EncodedStats) -> dict[str, tuple]:
     """:func:`training_rules` for the pairs that fit ``max_length`` (chosen by then)."""
     return training_rules(stats.target_tokens(config.max_length), config.epochs, config.max_minutes,
-                          None if config.dim == AUTO else config.dim)
+                          None if config.dim == AUTO else config.dim, config.batch_tokens_scale)
 
 
 @RULES.rule("dim", phase="encoded", summary=(
@@ -254,7 +255,7 @@ def _norm_first(config, stats: EncodedStats):
 
 @RULES.rule("batch_tokens", phase="encoded", summary=(
     f"a power of two giving at least {MIN_UPDATES} updates in the run ({RUN_TOKENS}) and {MIN_BATCHES_PER_EPOCH} "
-    f"batches per epoch, within {BATCH_TOKENS_RANGE[0]}..{BATCH_TOKENS_RANGE[1]}"))
+    f"batches per epoch, within {BATCH_TOKENS_RANGE[0]}..{BATCH_TOKENS_RANGE[1]}; then scaled by batch_tokens_scale"))
 def _batch_tokens(config, stats: EncodedStats):
     if config.batch_size != AUTO:
         return KEEP_AUTO  # batches of batch_size pairs: no token budget
@@ -372,10 +373,11 @@ def nearest_size(dim: int) -> ModelSize:
 
 
 def training_rules(target_tokens: int, epochs: int, max_minutes: float | None,
-                   dim: int | None = None) -> dict[str, tuple]:
+                   dim: int | None = None, batch_scale: float = 1.0) -> dict[str, tuple]:
     """Model size, ``batch_tokens``, ``learning_rate``, ``tie_embeddings`` and ``norm_first`` for a
     corpus of ``target_tokens`` training target subwords (``[END]`` included); with ``dim`` (a
-    width set by a recipe) the throughput, batch and rate of the nearest size."""
+    width set by a recipe) the throughput, batch and rate of the nearest size; ``batch_scale``
+    (``batch_tokens_scale``) scales the batch the rule picks."""
     target_tokens = max(int(target_tokens), 1)
     size, size_why = model_size(target_tokens, epochs, max_minutes)
     if dim is not None:
@@ -387,7 +389,8 @@ def training_rules(target_tokens: int, epochs: int, max_minutes: float | None,
     low, high = BATCH_TOKENS_RANGE
     batch_tokens = min(high, _power_of_two_below(run / MIN_UPDATES),
                        _power_of_two_below(target_tokens / MIN_BATCHES_PER_EPOCH))
-    batch_tokens = max(low, batch_tokens)
+    batch_tokens = max(low, _power_of_two_below(batch_tokens * batch_scale))
+    scaled = "" if batch_scale == 1 else f", scaled by {batch_scale:g} (batch_tokens_scale)"
     shape = f"{size.dim} wide, feed-forward {size.ff_dim}, {size.encoder_layers}+{size.decoder_layers} blocks"
     return {
         "dim": (size.dim, f"{size.name} model ({shape}): {size_why}"),
@@ -397,7 +400,7 @@ def training_rules(target_tokens: int, epochs: int, max_minutes: float | None,
         "tie_embeddings": (True, "the output layer reuses the target embedding: fewer weights to learn"),
         "norm_first": (True, "pre-norm blocks: stable at a high learning rate with a short warmup"),
         "batch_tokens": (batch_tokens, f"{run_why}: a power of two giving at least {MIN_UPDATES} updates and "
-                         f"{MIN_BATCHES_PER_EPOCH} batches per epoch, within {low}..{high}"),
+                         f"{MIN_BATCHES_PER_EPOCH} batches per epoch, within {low}..{high}{scaled}"),
         "learning_rate": (size.learning_rate, f"{size.learning_rate:g} for the {size.name} model (pre-norm, short warmup), "
                           "whatever the batch"),
     }

@@ -65,6 +65,9 @@ class TranslateConfig(TaskSettings):
         "(pairs x padded length)")
     batch_size: int | Auto = setting(
         AUTO, "training", "sentence pairs per training step, instead of packing batches by batch_tokens")
+    batch_tokens_scale: float = setting(
+        1.0, "training", "scales the batch_tokens its rule chooses, rounded down to a power of two within the rule's "
+        "range (0.5 halves it); ignored when batch_tokens is set")
     learning_rate: float | Auto = setting(AUTO, "training", "peak learning rate after warmup")
     warmup_steps: int | Auto = setting(AUTO, "training", "steps of linear warmup")
     encoder_learning_rate: float = setting(
@@ -117,7 +120,7 @@ class TranslateConfig(TaskSettings):
         for name in ("dropout", "label_smoothing"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise BadInput(f"{{field}} must be at least 0 and below 1, not {getattr(self, name)}", field=name)
-        for name in ("learning_rate", "max_minutes"):
+        for name in ("learning_rate", "max_minutes", "batch_tokens_scale"):
             value = getattr(self, name)
             if value is not None and value != AUTO and value <= 0:
                 raise BadInput(f"{{field}} must be positive, not {value}", field=name)
