@@ -106,6 +106,44 @@ def test_classifier_onnx_through_the_cli_matches_keras(folders, classifier, tmp_
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging left
 
 
+def test_onnx_conversion_optimizes_without_copies_and_falls_back_to_them_when_a_pass_fails(
+        classifier, tmp_path, monkeypatch):
+    """tf2onnx's passes run on the graph itself (no deep copy of it per pass); a pass that fails
+    there sends the conversion back to copying, where the failed pass is skipped; either way the
+    file gives the classifier's probabilities and TF2ONNX_CATCH_ERRORS is as it was."""
+    import copy
+    import os
+    import types
+
+    import onnxruntime as ort
+    from tf2onnx import optimizer
+
+    from kformer.models.export_plan import onnx_file
+
+    copies = []
+    counting = types.SimpleNamespace(deepcopy=lambda thing: copies.append(type(thing).__name__) or copy.deepcopy(thing))
+    monkeypatch.setattr(optimizer, "copy", counting)  # the copy module as tf2onnx's optimizer loop sees it
+    endpoint, ids = classifier.export_plan().endpoints[0], classifier.features(TEXTS)
+
+    def probabilities(path):
+        return ort.InferenceSession(str(path)).run(["probabilities"], {"token_ids": ids})[0]
+
+    onnx_file(endpoint, tmp_path / "fast.onnx", classifier.model)
+    assert "Graph" not in copies and "TF2ONNX_CATCH_ERRORS" not in os.environ  # (it copies a Counter of ops)
+
+    class Failing:
+        graph_been_opt = False
+
+        def optimize(self, graph, iteration):
+            raise RuntimeError("a pass that fails on this graph")
+
+    monkeypatch.setitem(optimizer._optimizers, "failing", Failing)
+    onnx_file(endpoint, tmp_path / "fallback.onnx", classifier.model)
+    assert copies.count("Graph") > 10  # the second conversion copied the graph before each pass
+    for path in ("fast.onnx", "fallback.onnx"):
+        np.testing.assert_allclose(probabilities(tmp_path / path), classifier.probabilities(TEXTS), atol=ATOL)
+
+
 @pytest.fixture(scope="module")
 def tickets_copy(folders, tmp_path_factory):
     """A copy of the tiny classifier's folder: the onnx runtimes keep their conversion in it."""
