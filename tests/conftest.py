@@ -52,6 +52,23 @@ def jax_job_env(**extra: str) -> dict[str, str]:
     return {**env, "PYTHONUNBUFFERED": "1", "JAX_DISABLE_MOST_OPTIMIZATIONS": "1", **extra}
 
 
+@pytest.fixture(scope="session", autouse=True)
+def jax_compilation_cache(tmp_path_factory, worker_id):
+    """Under JAX (``make test``'s layer run), the workers of one run share XLA's compilation cache in
+    its temporary folder, however short a compile: the layers' small eager programs recur across
+    tests and workers, and a program one worker compiled the other loads. Nothing outlives the run
+    (each run starts with an empty cache)."""
+    import keras
+
+    if keras.backend.backend() == "jax":
+        import jax
+
+        shared = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+        jax.config.update("jax_compilation_cache_dir", str(shared / "jax-compilation-cache"))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+
+
 @pytest.fixture
 def shared_data() -> Path:
     """``../shared/data`` (relative to the repo root), or skip the test when it is absent."""

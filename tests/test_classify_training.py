@@ -127,15 +127,15 @@ def test_quick_run_on_a_slice_of_real_tickets(shared_data, tmp_path):
     import pandas as pd
 
     frame = pd.read_csv(shared_data / "it-service-tickets" / "train.csv.gz", dtype=str, keep_default_na=False)
-    frame = frame.sample(n=3000, random_state=0)
-    frame.iloc[:2500].to_csv(tmp_path / "train.csv", index=False)
-    frame.iloc[2500:].to_csv(tmp_path / "test.csv", index=False)
+    frame = frame.sample(n=1500, random_state=0)
+    frame.iloc[:1000].to_csv(tmp_path / "train.csv", index=False)
+    frame.iloc[1000:].to_csv(tmp_path / "test.csv", index=False)
     out = tmp_path / "tickets"
     assert main(["train", "classify", "--data", str(tmp_path / "train.csv"), "--test", str(tmp_path / "test.csv"),
-                 "--out", str(out), "--epochs", "4", "--max-length", "48", "--vocab-size", "4000",
+                 "--out", str(out), "--epochs", "3", "--max-length", "48", "--vocab-size", "4000",
                  "--batch-size", "32", "--learning-rate", "0.003", "--quiet"]) == 0
     test = _metrics(out)["test"]
-    # 8 queues, the largest holds 28 %: the model must have learned well beyond guessing.
+    # 8 queues, the largest holds 28 %: the model must have learned well beyond guessing (0.75 measured).
     assert test["n"] == 500 and test["accuracy"] >= 0.6
     labels = json.loads((out / "kformer.json").read_text(encoding="utf-8"))["labels"]
     assert "Administrative rights" in labels and "HR Support" in labels
