@@ -25,3 +25,25 @@ def test_maps_of_any_size_draw_every_layer_and_a_grid_without_a_warning(tmp_path
 def test_a_map_of_the_wrong_rank_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"\(layers, heads, Lq, Lk\)"):
         plot_attention({"cross": np.zeros((2, 3, 3))}, [], [], tmp_path)
+
+
+def test_tamil_labels_draw_in_an_installed_tamil_font_without_missing_glyphs(tmp_path):
+    """matplotlib's default font has no Tamil: the labels' font falls back to an installed one
+    (``make browser`` installs fonts-lohit-taml; without a Tamil font this skips, unless CI=true)."""
+    import os
+
+    from kformer.viz import label_fonts
+
+    assert label_fonts(["[START]", "the cat", "12+34"]) is None  # the default font has them all
+    families = label_fonts(["[START]", "வணக்கம்"])
+    if families is None:
+        reason = "no installed font has Tamil (apt-get install -y fonts-lohit-taml)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
+    assert len(families) == 2
+    maps = {"cross": np.full((1, 2, 2, 3), 1.0 / 3, "float32")}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "Glyph 2990 (TAMIL LETTER MA) missing from font(s) DejaVu Sans"
+        written = plot_attention(maps, ["வணக்கம்", "நல்ல"], ["hello", "good", "[END]"], tmp_path)
+    assert len(written) == 2

@@ -1,5 +1,6 @@
 """Pictures: attention heat maps, training curves, confusion matrices (matplotlib, Agg backend)."""
 
+import functools
 
 # --- Training curves and confusion matrices (helper A: classify) ----------------------------------
 
@@ -108,26 +109,70 @@ def plot_attention(maps, row_tokens, col_tokens, out_dir, prefix: str = "") -> l
         stack = np.asarray(stack, dtype="float32")
         if stack.ndim != 4:
             raise ValueError(f"attention map '{name}' must be (layers, heads, Lq, Lk), got shape {stack.shape}")
-        layers, heads, queries, keys = stack.shape
-        rows = _labels(row_tokens, name, queries)
-        cols = _labels(col_tokens, name, keys)
-        title = name.replace("_", " ")
-        for layer in range(layers):
-            fig, ax = plt.subplots(figsize=(1.2 + 0.35 * keys, 1.0 + 0.35 * queries))
-            _heat(ax, stack[layer].mean(axis=0), rows, cols)
-            ax.set_title(f"{title}: layer {layer + 1}, mean of {heads} heads", fontsize=9)
-            written.append(_save(plt, fig, out_dir / f"{prefix}{name}_layer{layer + 1}.png"))
-        cell_w, cell_h = 0.8 + 0.28 * keys, 0.8 + 0.28 * queries
-        # + 0.8 in for the figure's title (a one-token map's grid had no room left for it)
-        fig, axes = plt.subplots(layers, heads, figsize=(cell_w * heads, cell_h * layers + 0.8), squeeze=False)
-        for layer in range(layers):
-            for head in range(heads):
-                ax = axes[layer][head]
-                _heat(ax, stack[layer, head], rows, cols, fontsize=6)
-                ax.set_title(f"layer {layer + 1} head {head + 1}", fontsize=7)
-        fig.suptitle(f"{title} attention (rows attend to columns)", fontsize=9)
-        written.append(_save(plt, fig, out_dir / f"{prefix}{name}_grid.png"))
+        rows = _labels(row_tokens, name, stack.shape[2])
+        cols = _labels(col_tokens, name, stack.shape[3])
+        families = label_fonts([*rows, *cols])
+        with plt.rc_context({"font.family": families} if families else {}):
+            written += _plot_map(plt, name, stack, rows, cols, out_dir, prefix)
     return written
+
+
+def _plot_map(plt, name: str, stack, rows: list[str], cols: list[str], out_dir, prefix: str) -> list:
+    """One map's PNGs (:func:`plot_attention`); ``stack`` (layers, heads, Lq, Lk)."""
+    written = []
+    layers, heads, queries, keys = stack.shape
+    title = name.replace("_", " ")
+    for layer in range(layers):
+        fig, ax = plt.subplots(figsize=(1.2 + 0.35 * keys, 1.0 + 0.35 * queries))
+        _heat(ax, stack[layer].mean(axis=0), rows, cols)
+        ax.set_title(f"{title}: layer {layer + 1}, mean of {heads} heads", fontsize=9)
+        written.append(_save(plt, fig, out_dir / f"{prefix}{name}_layer{layer + 1}.png"))
+    cell_w, cell_h = 0.8 + 0.28 * keys, 0.8 + 0.28 * queries
+    # + 0.8 in for the figure's title (a one-token map's grid had no room left for it)
+    fig, axes = plt.subplots(layers, heads, figsize=(cell_w * heads, cell_h * layers + 0.8), squeeze=False)
+    for layer in range(layers):
+        for head in range(heads):
+            ax = axes[layer][head]
+            _heat(ax, stack[layer, head], rows, cols, fontsize=6)
+            ax.set_title(f"layer {layer + 1} head {head + 1}", fontsize=7)
+    fig.suptitle(f"{title} attention (rows attend to columns)", fontsize=9)
+    written.append(_save(plt, fig, out_dir / f"{prefix}{name}_grid.png"))
+    return written
+
+
+def label_fonts(labels: list[str]) -> list[str] | None:
+    """Font families for drawing ``labels``: matplotlib's default font and, when it lacks some of
+    their characters (Tamil, Devanagari, CJK...), the first installed font that has them all
+    (matplotlib falls back to it glyph by glyph); None when the default has every character or no
+    installed font has the rest (matplotlib then draws boxes and warns, as it would anyway)."""
+    from matplotlib import font_manager
+
+    default = font_manager.findfont(font_manager.FontProperties())
+    missing = frozenset(c for label in labels for c in label if not c.isspace()) - _characters(default)
+    found = _font_with(missing) if missing else None
+    if found is None:
+        return None
+    font_manager.fontManager.addfont(found)  # a font installed after matplotlib built its font list
+    return [font_manager.FontProperties(fname=default).get_name(), font_manager.FontProperties(fname=found).get_name()]
+
+
+@functools.cache
+def _characters(path: str) -> frozenset[str]:
+    """The characters the font file at ``path`` has glyphs for (empty if it cannot be read)."""
+    from matplotlib.ft2font import FT2Font
+
+    try:
+        return frozenset(chr(code) for code in FT2Font(path).get_charmap())
+    except (OSError, RuntimeError, ValueError):
+        return frozenset()
+
+
+@functools.cache
+def _font_with(characters: frozenset[str]) -> str | None:
+    """The first installed font file (the system's font folders) with every one of ``characters``."""
+    from matplotlib import font_manager
+
+    return next((path for path in sorted(font_manager.findSystemFonts()) if characters <= _characters(path)), None)
 
 
 def _save(plt, fig, path):
