@@ -22,6 +22,27 @@ def test_maps_of_any_size_draw_every_layer_and_a_grid_without_a_warning(tmp_path
     assert all(path.stat().st_size > 0 for path in written)
 
 
+@pytest.mark.parametrize(("heads", "keys"), [(1, 1), (2, 2), (4, 3), (1, 12)])
+def test_every_title_lies_inside_its_picture(tmp_path, monkeypatch, heads, keys):
+    """A map one to three keys wide is narrower than its titles: the picture is widened for them."""
+    from kformer import viz
+
+    overflows = []
+    arrange = viz._layout_with_titles_inside
+
+    def checked(fig):
+        arrange(fig)
+        renderer = fig.canvas.get_renderer()
+        for text in [*fig.texts, *(ax.title for ax in fig.axes)]:
+            box = text.get_window_extent(renderer)
+            overflows.append((text.get_text(), max(-box.x0, box.x1 - fig.bbox.width)))
+
+    monkeypatch.setattr(viz, "_layout_with_titles_inside", checked)
+    maps = {"decoder_self": np.full((2, heads, 3, keys), 1.0 / keys, "float32")}
+    plot_attention(maps, ["[START]", "a", "b"], ["x"] * keys, tmp_path)
+    assert len(overflows) >= 2 * heads + 2 and all(over <= 0 for _, over in overflows), overflows
+
+
 def test_a_map_of_the_wrong_rank_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"\(layers, heads, Lq, Lk\)"):
         plot_attention({"cross": np.zeros((2, 3, 3))}, [], [], tmp_path)

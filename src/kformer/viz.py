@@ -176,10 +176,24 @@ def _font_with(characters: frozenset[str]) -> str | None:
 
 
 def _save(plt, fig, path):
-    fig.tight_layout()
+    _layout_with_titles_inside(fig)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _layout_with_titles_inside(fig, tries: int = 3) -> None:
+    """``tight_layout``, widening ``fig`` until every title lies inside it (a map two or three keys
+    wide is narrower than its title, which tight_layout then leaves cut at the edges)."""
+    for _ in range(tries):
+        fig.tight_layout()
+        renderer = fig.canvas.get_renderer()
+        titles = [t for t in [*fig.texts, *(ax.title for ax in fig.axes)] if t.get_text()]
+        boxes = [t.get_window_extent(renderer) for t in titles]
+        overflow = max([0.0, *(-b.x0 for b in boxes), *(b.x1 - fig.bbox.width for b in boxes)])
+        if overflow <= 0:
+            return
+        fig.set_figwidth(fig.get_figwidth() + (2 * overflow + 10) / fig.dpi)
 
 
 def _labels(tokens, name, length):
