@@ -205,6 +205,7 @@ def test_concurrent_requests_share_batches_and_are_answered_correctly():
             assert 'kformer_requests_total{model="m",route="/v1/models/{name}:predict",status="200"} 27.0' in metrics
             assert 'status="422"' in metrics and "kformer_batch_instances_bucket" in metrics
             assert "kformer_queue_depth 0.0" in metrics and "process_resident_memory_bytes" in metrics
+            assert "kformer_requests_in_progress 1.0" in metrics  # every request answered but this /metrics one
 
     run(body())
 

@@ -258,16 +258,29 @@ async def _request(port: int, body: bytes, sent: list[float]) -> tuple[int, floa
         writer.close()
 
 
+def _requests_read(port: int) -> int:
+    """Prediction requests the service has read: in progress (less this /metrics request) or answered."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+              if line.startswith("kformer_requests_in_progress ")
+              or (line.startswith("kformer_requests_total{") and ':predict"' in line)]
+    return round(sum(values)) - 1
+
+
 def test_sigterm_under_load_answers_every_request_then_exits_0(served):
     port, process, log = served
     bodies = [json.dumps({"instances": [f"ticket {i} my laptop will not boot"]}).encode() for i in range(40)]
+    before = _requests_read(port)
 
     async def load():
         sent: list[float] = []
         tasks = [asyncio.create_task(_request(port, body, sent)) for body in bodies]
-        while len(sent) < len(tasks):
+        deadline = time.monotonic() + 30
+        # SIGTERM once the service has read every request (model calls take 0.15 s each, 8 a call): a
+        # request still unread then would be closed unanswered, as any server's would
+        while await asyncio.to_thread(_requests_read, port) - before < len(tasks):
+            assert time.monotonic() < deadline, "the service did not read the 40 requests within 30 s"
             await asyncio.sleep(0.01)
-        await asyncio.sleep(0.2)  # every request read by the service (model calls take 0.15 s each)
         process.send_signal(signal.SIGTERM)
         return time.monotonic(), await asyncio.gather(*tasks)
 

@@ -105,6 +105,7 @@ class MetricsMiddleware:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         started, status = time.perf_counter(), 500
+        self.service.metrics.request_started()
 
         async def send_status(message):
             nonlocal status

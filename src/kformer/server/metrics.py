@@ -61,6 +61,8 @@ class ServiceMetrics(BatchObserver):
         )
         self.depth = Gauge("kformer_queue_depth", "Requests waiting for the inference thread", registry=self.registry,
                            multiprocess_mode="livesum")
+        self.in_progress = Gauge("kformer_requests_in_progress", "HTTP requests read and not yet answered",
+                                 registry=self.registry, multiprocess_mode="livesum")
         self.ready = Gauge("kformer_ready", "1 when every model is loaded and warmed", registry=self.registry,
                            multiprocess_mode="livemin")
         if self.multiprocess:
@@ -71,7 +73,11 @@ class ServiceMetrics(BatchObserver):
                                     registry=self.registry, multiprocess_mode="liveall")
             threading.Thread(target=self._keep_worker_updated, name="kformer-metrics", daemon=True).start()
 
+    def request_started(self) -> None:
+        self.in_progress.inc()
+
     def observe_request(self, model: str, route: str, status: int, started: float) -> None:
+        self.in_progress.dec()
         self.requests.labels(model, route, str(status)).inc()
         self.latency.labels(model, route).observe(time.perf_counter() - started)
 
