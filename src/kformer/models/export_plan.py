@@ -116,13 +116,13 @@ def onnx_file(endpoint: Endpoint, path: Path, model, large: bool = False) -> Non
     import onnx
 
     converted = endpoint.onnx_via or endpoint
-    try:
-        with _optimizing_in_place():
-            _convert(converted, path, model)
-    except Unsupported:
-        raise
-    except Exception:  # noqa: BLE001  a tf2onnx optimizer pass failed on this graph: again, each pass on a copy
-        with _collecting_between_passes() if large else contextlib.nullcontext():  # only copies pile up
+    with _collecting_between_passes() if large else contextlib.nullcontext():
+        try:
+            with _optimizing_in_place():
+                _convert(converted, path, model)
+        except Unsupported:
+            raise
+        except Exception:  # noqa: BLE001  a tf2onnx optimizer pass failed on this graph: again, each pass on a copy
             _convert(converted, path, model)
     proto = onnx.load(str(path))
     for output, tensor in zip(proto.graph.output, converted.outputs, strict=True):  # the converter's names
