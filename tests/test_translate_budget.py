@@ -83,6 +83,26 @@ def test_estimates_follow_the_sizes_and_the_costs():
     assert planned.floors == budgets.phase_floors(sizes, planned.costs)
 
 
+def test_a_datastore_that_runs_a_fine_tuned_encoder_again_is_costed_its_pass():
+    """A frozen or scratch encoder's datastore pass costs the decoder's (the frozen one's outputs
+    are training's cache); a fine-tuned pretrained encoder runs again for every pair."""
+    from kformer.tasks.translate.settings import TranslateConfig
+
+    costs = budgets.PhaseCosts(datastore_token=1e-4, backbone_token=5e-4, index_entry=1e-4)
+    sizes = budgets.PhaseSizes(target_tokens=10_000, tune_pairs=10, grid_settings=19, coarse_settings=4, test_pairs=10)
+    fine_tuned = replace(sizes, backbone_runs=True)
+    assert budgets.estimate_phases(sizes, costs.for_run(True))["datastore"] == pytest.approx(2.0)
+    assert budgets.estimate_phases(fine_tuned, costs.for_run(True, backbone_runs=True))["datastore"] == pytest.approx(7.0)
+    planned = budgets.CommandBudget(None)
+    planned.plan(fine_tuned)
+    assert planned.costs.datastore_token == pytest.approx(budgets.COSTS.datastore_token + budgets.COSTS.backbone_token)
+    pairs = [("one", "un")] * 3
+    runs = {(encoder, rate): phases.sizes(TranslateConfig(encoder=encoder, encoder_learning_rate=rate, retrieval="on"),
+                                          ([[5]] * 3, [[6]] * 3), pairs, pairs).backbone_runs
+            for encoder, rate in (("scratch", 0.0), ("minilm", 0.0), ("minilm", 3e-5))}
+    assert runs == {("scratch", 0.0): False, ("minilm", 0.0): False, ("minilm", 3e-5): True}
+
+
 def test_a_smaller_datastore_is_costed_a_smaller_fixed_decoding_cost():
     costs = budgets.PhaseCosts(decode_fixed=45.0, plain_decode_fixed=15.0)
     fixed = {entries: costs.for_run(True, entries).decode_fixed for entries in (0, 250_000, 10**6, 3 * 10**6)}

@@ -120,6 +120,59 @@ def test_cached_encoder_states_give_the_same_logits_as_the_backbone(tmp_path):
     np.testing.assert_allclose(cached, live, atol=1e-5)
 
 
+def test_the_datastore_reads_cached_encoder_outputs_instead_of_running_the_backbone(monkeypatch):
+    """The datastore pass with the backbone's outputs at hand (as training cached them) gives the
+    entries of the pass that runs the backbone, which then does not run."""
+    import keras_hub
+
+    from kformer.models.pretrained_seq2seq import PretrainedEncoderSeq2Seq, encoder_states
+    from kformer.tasks.translate.retrieval import fitting_entries
+
+    backbone = keras_hub.models.BertBackbone(vocabulary_size=40, num_layers=1, num_heads=2, hidden_dim=16,
+                                             intermediate_dim=32, max_sequence_length=16)
+    model = PretrainedEncoderSeq2Seq(backbone, 30, 16, 17, dim=8, heads=2, ff_dim=16, decoder_layers=1, dropout=0.0)
+    sources = [[5, 6, 7, 8, 9], [5, 10], [11, 12, 13], [7] * 16, [8] * 5]
+    targets = [[5, 6, 7], [8], [9, 9, 9, 9, 9, 9], [10, 11], [12] * 17]  # the last is too long: skipped
+    keys, values = fitting_entries(model, sources, targets)
+    states = encoder_states(model, sources)
+
+    def backbone_ran(*args, **kwargs):
+        raise AssertionError("the backbone ran")
+
+    monkeypatch.setattr(model, "encoder_states", backbone_ran)
+    cached_keys, cached_values = fitting_entries(model, sources, targets, encoder_states=states)
+    np.testing.assert_array_equal(cached_values, values)
+    assert len(values) == 3 + 1 + 6 + 2 + 4  # target + [END] of the four that fit
+    np.testing.assert_allclose(cached_keys.astype("float32"), keys.astype("float32"), atol=2e-3)  # float16 keys
+
+
+def test_training_hands_the_datastore_the_encoder_outputs_it_cached(tmp_path, monkeypatch):
+    """A frozen encoder's run builds its datastore from the backbone outputs training cached, in
+    the datastore's order, without running the backbone again."""
+    from kformer.tasks import translate
+    from kformer.tasks.translate import phases
+
+    folder, _ = tiny_bert(tmp_path / "bert")
+    pairs, seen = number_pairs(16, seed=3), {}
+    real = phases.datastore
+
+    def datastore(translator, train, budget, progress, order=None, encoder_states=None):
+        seen.update(train=train, states=encoder_states, order=order)
+        with monkeypatch.context() as patch:
+            patch.setattr(translator.model, "encoder_states", None)  # calling the backbone would fail
+            seen["store"] = real(translator, train, budget, progress, order, encoder_states)
+        return seen["store"]
+
+    monkeypatch.setattr(phases, "datastore", datastore)
+    translate.train({**SETTINGS, "epochs": 1, "encoder": str(folder), "retrieval": "on"}, pairs, tmp_path / "out",
+                    valid=pairs[:4])
+    sources, targets = seen["train"]
+    assert [len(state) for state in seen["states"]] == [len(source) for source in sources]
+    assert {state.shape[1] for state in seen["states"]} == {16}  # the backbone's width, before the bridge
+    assert sorted(seen["order"]) == list(range(len(sources)))
+    assert seen["store"].entries == sum(len(target) + 1 for target in targets)
+
+
 def test_bad_encoder_settings_are_one_line_errors(tmp_path, capsys):
     from kformer.tasks.translate import TranslateConfig
 

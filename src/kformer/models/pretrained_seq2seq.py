@@ -88,6 +88,15 @@ class PretrainedEncoderSeq2Seq(Seq2SeqTransformer):
         source_ids = ops.cast(source_ids, "int32")
         return self.bridge_states(self.encoder_states(source_ids, training)), padding_mask(source_ids)
 
+    def decoder_states(self, source_ids, target_in, encoder_states=None):
+        """Teacher-forced final decoder states ``(batch, T, dim)`` float32 (the parent's); with
+        ``encoder_states (batch, S, hidden)``, the backbone's outputs for ``source_ids``
+        (:func:`encoder_states`), the backbone does not run."""
+        if encoder_states is None:
+            return super().decoder_states(source_ids, target_in)
+        source_mask = padding_mask(ops.cast(source_ids, "int32"))
+        return self.teacher_forced_states(target_in, self.bridge_states(encoder_states), source_mask)
+
     def encoder_attention(self, source_ids):
         """The backbone's self-attention too: ``(encoder_outputs, source_mask, [(batch, heads, S, S)
         per backbone layer])`` (the backbone's own forward pass, layer by layer)."""

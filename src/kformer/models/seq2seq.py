@@ -188,6 +188,11 @@ class Seq2SeqTransformer(keras.Model):
         reads: ``source_ids (batch, S)``, ``target_in (batch, T)`` -> float32 ``(batch, T, dim)``
         (kNN-MT's datastore keys, :mod:`kformer.models.retrieval`)."""
         encoder_outputs, source_mask = self.encode(source_ids, training=False)
+        return self.teacher_forced_states(target_in, encoder_outputs, source_mask)
+
+    def teacher_forced_states(self, target_in, encoder_outputs, source_mask):
+        """:meth:`decoder_states` from the encoder's outputs ``(batch, S, dim)`` and ``source_mask
+        (batch, S)``: ``target_in (batch, T)`` -> float32 ``(batch, T, dim)``."""
         target_in = ops.cast(target_in, "int32")
         x = self.target_embedding(target_in, position_ids=self._positions(target_in))
         for block in self.decoder_blocks:

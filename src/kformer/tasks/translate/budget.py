@@ -33,8 +33,12 @@ class PhaseCosts:
     """Seconds per item of the phases after training, on a 2-core CPU, before the run measures its own.
 
     Where they come from: the en-ta recipe on all seven English-Tamil corpora (73,000 pairs, frozen
-    MiniLM encoder, 2-core AVX-512 CPU, 2026-12-06; BENCHMARKS.md): its datastore encoded ~2,340
-    target tokens a second (``datastore_token`` 1/2,000 leaves room for a slower CPU); tuning decoded
+    MiniLM encoder, 2-core AVX-512 CPU, 2026-12-06; BENCHMARKS.md): its datastore ran the MiniLM
+    encoder again and encoded ~2,340 target tokens a second, 2,215 on 3,000 Joshua IPC pairs
+    (2026-12-07), so ``backbone_token`` 1/2,000 (slower CPUs) is added where a pretrained encoder
+    must run again (a fine-tuned one); reading the frozen encoder's outputs that training cached,
+    the same pass encoded 29,300 tokens a second, and with a scratch encoder ~15,700 (the en-ta
+    levers benchmark, 2026-12-03): ``datastore_token`` 1/10,000 for the decoder's pass; tuning decoded
     validation pairs greedily with retrieval (IVF over 667,000 entries) at ~0.03-0.05 s a pair in
     batches, and the test decoding at beam 4 ~0.2 s a pair, so ``decode_pair`` 0.08 (beam search
     costs ``beam`` times as much). The 0.5 s a pair these replace (issue 32's report of a tuning
@@ -54,7 +58,8 @@ class PhaseCosts:
     decoding's (:meth:`for_run`): its keys are fewer to make a tensor of and to index.
     """
 
-    datastore_token: float = 1 / 2000
+    datastore_token: float = 1 / 10_000
+    backbone_token: float = 1 / 2000
     index_entry: float = 1.5e-4
     decode_pair: float = 0.08
     decode_fixed: float = 45.0
@@ -63,16 +68,18 @@ class PhaseCosts:
     write_entry: float = 1 / 50_000
     write_fixed: float = 3.0
 
-    def for_run(self, retrieval: bool, entries: int | None = None) -> PhaseCosts:
-        """These costs for a run with a datastore of ``entries`` (None: a million or more), or
-        (``retrieval`` False: the model decodes without one) with the plain decoding costs as
-        ``decode_pair`` and ``decode_fixed``."""
+    def for_run(self, retrieval: bool, entries: int | None = None, backbone_runs: bool = False) -> PhaseCosts:
+        """These costs for a run with a datastore of ``entries`` (None: a million or more) whose
+        pass runs a pretrained encoder again when ``backbone_runs`` (``backbone_token`` added to
+        ``datastore_token``), or (``retrieval`` False: the model decodes without one) with the
+        plain decoding costs as ``decode_pair`` and ``decode_fixed``."""
         if not retrieval:
             return replace(self, decode_pair=self.plain_decode_pair, decode_fixed=self.plain_decode_fixed)
+        costs = replace(self, datastore_token=self.datastore_token + self.backbone_token) if backbone_runs else self
         if entries is None or entries >= FIXED_COST_ENTRIES:
-            return self
+            return costs
         share = entries / FIXED_COST_ENTRIES
-        return replace(self, decode_fixed=self.plain_decode_fixed + share * (self.decode_fixed - self.plain_decode_fixed))
+        return replace(costs, decode_fixed=self.plain_decode_fixed + share * (self.decode_fixed - self.plain_decode_fixed))
 
 
 COSTS = PhaseCosts()
@@ -100,6 +107,7 @@ class PhaseSizes:
     test_pairs: int
     beam: int = 1
     retrieval: bool = True
+    backbone_runs: bool = False  # the datastore pass runs a pretrained encoder (fine-tuned: no cached outputs)
 
 
 def estimate_phases(sizes: PhaseSizes, costs: PhaseCosts | None = None) -> dict[str, float]:
@@ -185,7 +193,7 @@ class CommandBudget:
     def plan(self, sizes: PhaseSizes) -> None:
         """Size the phases after training for ``sizes``: their costs (:meth:`PhaseCosts.for_run`),
         estimates and floors."""
-        self.costs = COSTS.for_run(sizes.retrieval, sizes.target_tokens)
+        self.costs = COSTS.for_run(sizes.retrieval, sizes.target_tokens, sizes.backbone_runs)
         self.estimates, self.floors = estimate_phases(sizes, self.costs), phase_floors(sizes, self.costs)
 
     def left(self) -> float | None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from kformer.tasks.translate import budget as budgets
 from kformer.tasks.translate import retrieval
 from kformer.tasks.translate.batches import target_tokens
+from kformer.tasks.translate.pretrained import uses_pretrained
 from kformer.tasks.translate.retrieval import TUNE_PAIRS, grid, most_settings
 
 if TYPE_CHECKING:
@@ -28,7 +29,8 @@ def sizes(config, train, valid_pairs: Sequence, test_pairs: Sequence) -> budgets
     return budgets.PhaseSizes(
         target_tokens=target_tokens(train), tune_pairs=min(len(valid_pairs), TUNE_PAIRS),
         grid_settings=most_settings(grid(None)), coarse_settings=most_settings(grid(None, coarse=True)),
-        test_pairs=len(test_pairs), beam=config.beam, retrieval=config.retrieval == "on")
+        test_pairs=len(test_pairs), beam=config.beam, retrieval=config.retrieval == "on",
+        backbone_runs=uses_pretrained(config) and config.encoder_learning_rate > 0)
 
 
 def note(progress: Progress | None, text: str) -> None:
@@ -46,14 +48,17 @@ def _reporter(progress, name: str, total: int, budget: CommandBudget):
 
 
 def datastore(translator, train, budget: CommandBudget, progress: Progress | None,
-              order: Sequence[int] | None = None) -> Datastore | None:
+              order: Sequence[int] | None = None, encoder_states: Sequence | None = None) -> Datastore | None:
     """The datastore of the encoded training pairs ``train`` taken in ``order`` (default theirs:
     :func:`~.domains.datastore_order`), as many as the time left fits: planned by the per-token
     cost (encoding and indexing), then stopped between blocks when the time measured says the
-    rest, and indexing what was encoded, would not fit (None when none fits)."""
+    rest, and indexing what was encoded, would not fit (None when none fits). ``encoder_states``:
+    a frozen pretrained encoder's outputs per training source, as training cached them (the
+    encoder then does not run again)."""
     started, (sources, targets) = budgets.now(), train
     if order is not None:
         sources, targets = [sources[i] for i in order], [targets[i] for i in order]
+        encoder_states = None if encoder_states is None else [encoder_states[i] for i in order]
     tokens = [len(target) + 1 for target in targets]
     count, left = len(tokens), budget.left_for("datastore")
     per_token = budget.costs.datastore_token + budget.costs.index_entry
@@ -78,7 +83,8 @@ def datastore(translator, train, budget: CommandBudget, progress: Progress | Non
     def stop(entries: int) -> bool:  # the index over what is encoded must still fit
         return left is not None and budgets.now() + entries * budget.costs.index_entry > started + left
 
-    store = retrieval.build_datastore(translator.model, sources[:count], targets[:count], on_batch=advance, stop=stop)
+    store = retrieval.build_datastore(translator.model, sources[:count], targets[:count], on_batch=advance, stop=stop,
+                                      encoder_states=None if encoder_states is None else encoder_states[:count])
     reporter.close()
     if encoded[0] < count:
         cut = f"{encoded[0]:,} of {len(tokens):,} training pairs (stopped at the phase's time)"

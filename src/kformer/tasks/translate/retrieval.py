@@ -150,13 +150,18 @@ def check_search_request(search, nprobe) -> None:
 
 def datastore_entries(model, sources: Sequence[list[int]], targets: Sequence[list[int]],
                       batch_size: int = 64, on_batch: Callable[[int], None] | None = None,
-                      stop: Callable[[int], bool] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                      stop: Callable[[int], bool] | None = None,
+                      encoder_states: Sequence[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Teacher-force ``model`` over the encoded pairs: ``(keys (entries, dim) float16, values
     (entries,) int32)``, one entry per token of each ``target + [END]`` (the decoder reads
     ``[START] + target``); ``on_batch(pairs)`` after each batch. The pairs go in their order, by
     blocks of :data:`ENTRY_BLOCK` (each in length order, so batches pad little); ``stop(entries so
-    far)`` True before a block ends the pass there (a time budget: the first blocks are kept)."""
+    far)`` True before a block ends the pass there (a time budget: the first blocks are kept).
+    ``encoder_states`` (a frozen pretrained encoder's outputs per source, ``(len(source), hidden)``,
+    as training cached them) are read instead of running the encoder again: most of the pass's
+    time with a BERT-sized encoder."""
     from kformer.data.batching import pad_batch
+    from kformer.tasks.translate.batches import padded_states
     from kformer.text.specials import END_ID, START_ID
 
     keys, values, entries = [], [], 0
@@ -170,7 +175,12 @@ def datastore_entries(model, sources: Sequence[list[int]], targets: Sequence[lis
             source = pad_batch([sources[i] for i in rows], limit=model.max_source_length)
             target_in = pad_batch([[START_ID, *targets[i]] for i in rows], limit=model.max_target_length)
             target_out = pad_batch([[*targets[i], END_ID] for i in rows], limit=model.max_target_length)
-            states = np.asarray(model.decoder_states(source, target_in), dtype="float32")
+            if encoder_states is None:
+                states = model.decoder_states(source, target_in)
+            else:
+                read = padded_states([encoder_states[i] for i in rows], source.shape[1])
+                states = model.decoder_states(source, target_in, encoder_states=read)
+            states = np.asarray(states, dtype="float32")
             real = target_out != 0
             keys.append(states[real].astype("float16"))
             values.append(target_out[real].astype("int32"))
@@ -182,29 +192,32 @@ def datastore_entries(model, sources: Sequence[list[int]], targets: Sequence[lis
 
 def fitting_entries(model, sources: Sequence[list[int]], targets: Sequence[list[int]],
                     on_batch: Callable[[int], None] | None = None,
-                    stop: Callable[[int], bool] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                    stop: Callable[[int], bool] | None = None,
+                    encoder_states: Sequence[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """:func:`datastore_entries` of the pairs that fit the model's longest source and ``target +
-    [END]`` (as training skipped the others); BadInput when none does. ``on_batch`` and ``stop``
-    as :func:`datastore_entries`."""
+    [END]`` (as training skipped the others); BadInput when none does. ``on_batch``, ``stop`` and
+    ``encoder_states`` as :func:`datastore_entries`."""
     kept = [i for i, t in enumerate(targets) if len(t) + 1 <= model.max_target_length
             and len(sources[i]) <= model.max_source_length]
     if not kept:
         raise BadInput("no training pair fits the model's longest source and target; nothing to remember",
                        field="data")
+    states = None if encoder_states is None else [encoder_states[i] for i in kept]
     return datastore_entries(model, [sources[i] for i in kept], [targets[i] for i in kept], on_batch=on_batch,
-                             stop=stop)
+                             stop=stop, encoder_states=states)
 
 
 def build_datastore(model, sources: Sequence[list[int]], targets: Sequence[list[int]], search: str = "auto",
                     nprobe: int | None = None, on_batch: Callable[[int], None] | None = None,
-                    stop: Callable[[int], bool] | None = None) -> Datastore:
+                    stop: Callable[[int], bool] | None = None,
+                    encoder_states: Sequence[np.ndarray] | None = None) -> Datastore:
     """A :class:`Datastore` over encoded training pairs for ``model`` (pairs whose ``target + [END]``
     is longer than the model's longest target are skipped, as training skipped them), with untuned
-    weights (:func:`tune` chooses them), searched as :func:`with_search` makes it; ``on_batch`` and
-    ``stop`` as :func:`datastore_entries`."""
+    weights (:func:`tune` chooses them), searched as :func:`with_search` makes it; ``on_batch``,
+    ``stop`` and ``encoder_states`` as :func:`datastore_entries`."""
     from kformer.models.retrieval import typical_distance
 
-    keys, values = fitting_entries(model, sources, targets, on_batch, stop)
+    keys, values = fitting_entries(model, sources, targets, on_batch, stop, encoder_states)
     k = min(KS[0], len(values))
     scale = typical_distance(keys, k)
     return with_search(Datastore(keys, values, k=k, temperature=scale, lam=0.3, scale=scale), search, nprobe)

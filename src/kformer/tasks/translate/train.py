@@ -95,6 +95,7 @@ class _Fitted:
     test_pairs: list[Pair] = field(default_factory=list)  # the test pairs those translate (what the budget allowed)
     retrieval: Any = None  # the kNN-MT datastore (retrieval "on"), built by assemble
     retrieval_left_out: dict | None = None  # the tuning of a datastore validation left out (phases.kept)
+    encoder_states: Any = None  # a frozen pretrained encoder's outputs per training source, for the datastore
 
 
 class TranslateRun(skeleton.TrainingRun):
@@ -157,7 +158,9 @@ class TranslateRun(skeleton.TrainingRun):
             translator = Translator(fitted.model, prepared.source_vocab, prepared.target_vocab, Path("."),
                                     prepared.manifest())
             order = domains.datastore_order(prepared.mix, prepared.groups, len(prepared.train[0]), prepared.config.seed)
-            store = phases.datastore(translator, prepared.train, self.budget, self.reports, order)
+            store = phases.datastore(translator, prepared.train, self.budget, self.reports, order,
+                                     fitted.encoder_states)
+            fitted.encoder_states = None  # read by the datastore alone: its memory goes now
             if store is not None:
                 store = phases.tuning(translator, store, prepared.valid_pairs, self.budget, self.reports)
             fitted.retrieval = phases.kept(store, self.reports)
@@ -377,7 +380,7 @@ def _fit(prepared: _Prepared, state_dir: Path, resume: bool, progress: Progress 
                          max_minutes=max_minutes, monitor=f"val_{config.early_stopping}", resume=resume),
         callbacks=[schedule, *extra_callbacks], progress=progress,
     )
-    return _Fitted(model, result, schedule.steps, plan.steps)
+    return _Fitted(model, result, schedule.steps, plan.steps, encoder_states=states[0])
 
 
 def _metrics(prepared: _Prepared, fitted: _Fitted, scores: dict, seconds: float) -> dict[str, Any]:
