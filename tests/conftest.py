@@ -43,13 +43,18 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's tests keep their order
 
 
-def jax_job_env(**extra: str) -> dict[str, str]:
+def jax_job_env(cache: Path | None = None, **extra: str) -> dict[str, str]:
     """The environment of a data-parallel job's subprocess (tests/test_distributed.py,
     tests/test_elastic.py): this one without KERAS_BACKEND and XLA_FLAGS (the job sets its own),
     unbuffered output, and ``extra``. Models this small spend more on XLA's optimising passes than
-    they save (half such a job's CPU time): every run those tests compare compiles without them."""
+    they save (half such a job's CPU time): every run those tests compare compiles without them.
+    ``cache``: a folder (the test's own) where the job's processes keep every XLA compilation, so
+    a process started after another (a restarted group) loads the programs it compiled."""
     env = {k: v for k, v in os.environ.items() if k not in ("KERAS_BACKEND", "XLA_FLAGS")}
-    return {**env, "PYTHONUNBUFFERED": "1", "JAX_DISABLE_MOST_OPTIMIZATIONS": "1", **extra}
+    caching = {} if cache is None else {"JAX_COMPILATION_CACHE_DIR": str(cache),
+                                        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+                                        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1"}
+    return {**env, "PYTHONUNBUFFERED": "1", "JAX_DISABLE_MOST_OPTIMIZATIONS": "1", **caching, **extra}
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -128,12 +128,13 @@ def check_classifier_exports(folder: Path, texts: list[str], out: Path) -> dict[
     return metadata
 
 
-def check_classifier_graphs(folder: Path, texts: list[str], out: Path) -> None:
+def check_classifier_graphs(folder: Path, texts: list[str], out: Path) -> dict:
     """What :func:`check_classifier_exports` checks of the numbers, at a fraction of its cost: the
     export plan's ``serving_default`` function (the SavedModel's graph, called without saving it)
     and ``model.onnx`` (converted into ``out``, on ONNX Runtime) give the loaded classifier's
     probabilities (within ATOL) and in-scope scores (within ATOL relative and absolute) on
-    ``texts``."""
+    ``texts``. Returns what both exports' metadata.json would say beyond their files and
+    signatures (the plan's ``info``: labels, threshold, ``ood``, ``wide``, ...)."""
     import onnxruntime as ort
     import tensorflow as tf
 
@@ -144,7 +145,8 @@ def check_classifier_graphs(folder: Path, texts: list[str], out: Path) -> None:
     classifier = load(folder)
     expected, expected_scores = classifier.scored(texts)
     ids, cut = classifier.features(texts), [text[:MAX_CHARS] for text in texts]
-    endpoint = classifier.export_plan().endpoints[0]
+    plan = classifier.export_plan()
+    endpoint = plan.endpoints[0]
     reads_texts = [tensor.name for tensor in endpoint.inputs] == ["token_ids", "texts"]
     answer = endpoint.fn(tf.constant(ids), *([tf.constant(cut)] if reads_texts else []))
     onnx_file(endpoint, out / "model.onnx", classifier.model)
@@ -155,6 +157,7 @@ def check_classifier_graphs(folder: Path, texts: list[str], out: Path) -> None:
                                   (onnx["probabilities"], onnx["ood_score"])):
         np.testing.assert_allclose(probabilities, expected, atol=ATOL)
         np.testing.assert_allclose(scores, expected_scores, rtol=ATOL, atol=ATOL)
+    return plan.info
 
 
 LOAD_SCRIPT = r"""

@@ -77,10 +77,11 @@ def runs(tmp_path_factory):
     write_tickets(root / "valid.csv", 32, seed=2)
     base = [*KFORMER, "train", "classify", "--data", "train.csv", "--valid", "valid.csv", *TRAIN_FLAGS]
     job = ["--distribute", "--coordinator", f"127.0.0.1:{_free_port()}", "--num-processes", "2"]
-    two_devices = _env(XLA_FLAGS="--xla_force_host_platform_device_count=2", KERAS_BACKEND="jax")
+    cache = root / "jax-cache"  # a training after another of the same shapes loads its programs
+    two_devices = _env(cache, XLA_FLAGS="--xla_force_host_platform_device_count=2", KERAS_BACKEND="jax")
     api = f"import sys; sys.path[:0] = [{str(TESTS)!r}]; import test_distributed as t; t.api_job"
     outputs = _launch([
-        *[([*base, "--out", "processes", *job, "--process-id", str(i)], _env()) for i in (0, 1)],
+        *[([*base, "--out", "processes", *job, "--process-id", str(i)], _env(cache)) for i in (0, 1)],
         (["-c", f"{api}('classify', 'arithmetic')"], two_devices),
         (["-c", f"{api}('translate')"], two_devices),
     ], root)

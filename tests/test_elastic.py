@@ -244,7 +244,7 @@ def job(tmp_path_factory):
     write_tickets(root / "valid.csv", 32, seed=2)
     with open(root / "job.log", "w", encoding="utf-8") as log:
         launched = subprocess.Popen([sys.executable, *COMMAND], cwd=root, stdout=log, stderr=log,
-                                    env=_env(KFORMER_FAULT="checkpoint-pause:2@1"))
+                                    env=_env(root / "jax-cache", KFORMER_FAULT="checkpoint-pause:2@1"))
     try:
         _kill_worker_mid_write(root, launched)
         code = launched.wait(timeout=TIMEOUT)
