@@ -51,10 +51,17 @@ browser:
 # collection order, the longest first (tests/conftest.py's SLOWEST_FIRST), not xdist's by test count.
 TEST_WORKERS ?= 2
 
-test: $(TEST_STAMP) $(KSERVE_STAMP) browser  ## lint, the whole suite (TensorFlow), then the layer tests under JAX
+# The layer tests under JAX run in one process beside the suite, their output held back until the suite
+# ends: their ~75 CPU seconds fill the suite's start-up and its last minute, when one worker is idle
+# (run after it, they added ~40 s). Both must pass.
+test: $(TEST_STAMP) $(KSERVE_STAMP) browser  ## lint, the whole suite (TensorFlow) and, beside it, the layer tests under JAX
 	$(BIN)/ruff check src tests bench
-	KFORMER_KSERVE_PYTHON=$(KSERVE_VENV)/bin/python KFORMER_THREADS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
-	KERAS_BACKEND=jax $(BIN)/python -m pytest -n $(TEST_WORKERS) tests/layers
+	@layers_log=$$(mktemp); \
+	KERAS_BACKEND=jax KFORMER_THREADS=1 $(BIN)/python -m pytest -p no:cacheprovider tests/layers >$$layers_log 2>&1 & layers=$$!; \
+	KFORMER_KSERVE_PYTHON=$(KSERVE_VENV)/bin/python KFORMER_THREADS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder; \
+	suite=$$?; wait $$layers; layers=$$?; \
+	echo "--- the layer tests under JAX (KERAS_BACKEND=jax pytest tests/layers), run beside the suite:"; \
+	cat $$layers_log; rm -f $$layers_log; test $$suite = 0 && test $$layers = 0
 
 test-fast: $(TEST_STAMP) browser  ## the tests not marked slow (no training runs), on TEST_WORKERS workers
 	$(BIN)/python -m pytest -m "not slow" -n $(TEST_WORKERS)
