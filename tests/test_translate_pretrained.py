@@ -146,6 +146,7 @@ def test_the_datastore_reads_cached_encoder_outputs_instead_of_running_the_backb
     np.testing.assert_allclose(cached_keys.astype("float32"), keys.astype("float32"), atol=2e-3)  # float16 keys
 
 
+@pytest.mark.slow
 def test_training_hands_the_datastore_the_encoder_outputs_it_cached(tmp_path, monkeypatch):
     """A frozen encoder's run builds its datastore from the backbone outputs training cached, in
     the datastore's order, without running the backbone again."""

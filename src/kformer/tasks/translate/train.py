@@ -380,7 +380,8 @@ def _fit(prepared: _Prepared, state_dir: Path, resume: bool, progress: Progress 
                          max_minutes=max_minutes, monitor=f"val_{config.early_stopping}", resume=resume),
         callbacks=[schedule, *extra_callbacks], progress=progress,
     )
-    return _Fitted(model, result, schedule.steps, plan.steps, encoder_states=states[0])
+    kept = states[0] if config.retrieval == "on" else None  # the datastore reads them; else their memory goes now
+    return _Fitted(model, result, schedule.steps, plan.steps, encoder_states=kept)
 
 
 def _metrics(prepared: _Prepared, fitted: _Fitted, scores: dict, seconds: float) -> dict[str, Any]:
