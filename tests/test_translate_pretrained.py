@@ -100,16 +100,24 @@ def test_attention_maps_include_the_backbones_own(runs):
     np.testing.assert_allclose(maps.maps["cross"].sum(axis=-1), 1.0, atol=1e-5)
 
 
-def test_cached_encoder_states_give_the_same_logits_as_the_backbone(tmp_path):
+def tiny_pretrained_model():
+    """A translator on an untrained 1-layer BERT of width 16 (bridged to a decoder of width 8):
+    source ids < 40, target ids < 30, at most 16 source and 17 target tokens."""
     import keras_hub
 
-    from kformer.models.pretrained_seq2seq import PretrainedEncoderSeq2Seq, encoder_states
-    from kformer.tasks.translate.batches import padded_states
+    from kformer.models.pretrained_seq2seq import PretrainedEncoderSeq2Seq
 
     backbone = keras_hub.models.BertBackbone(vocabulary_size=40, num_layers=1, num_heads=2, hidden_dim=16,
                                              intermediate_dim=32, max_sequence_length=16)
-    model = PretrainedEncoderSeq2Seq(backbone, 30, 16, 17, dim=8, heads=2, ff_dim=16, decoder_layers=1, dropout=0.0)
-    assert model.bridge is not None and not backbone.trainable
+    return PretrainedEncoderSeq2Seq(backbone, 30, 16, 17, dim=8, heads=2, ff_dim=16, decoder_layers=1, dropout=0.0)
+
+
+def test_cached_encoder_states_give_the_same_logits_as_the_backbone(tmp_path):
+    from kformer.models.pretrained_seq2seq import encoder_states
+    from kformer.tasks.translate.batches import padded_states
+
+    model = tiny_pretrained_model()
+    assert model.bridge is not None and not model.encoder.trainable
     sources = [[5, 6, 7, 8, 9], [5, 10]]
     source = np.array([[5, 6, 7, 8, 9], [5, 10, 0, 0, 0]], "int32")
     target_in = np.array([[1, 5, 6], [1, 7, 0]], "int32")
@@ -123,14 +131,10 @@ def test_cached_encoder_states_give_the_same_logits_as_the_backbone(tmp_path):
 def test_the_datastore_reads_cached_encoder_outputs_instead_of_running_the_backbone(monkeypatch):
     """The datastore pass with the backbone's outputs at hand (as training cached them) gives the
     entries of the pass that runs the backbone, which then does not run."""
-    import keras_hub
-
-    from kformer.models.pretrained_seq2seq import PretrainedEncoderSeq2Seq, encoder_states
+    from kformer.models.pretrained_seq2seq import encoder_states
     from kformer.tasks.translate.retrieval import fitting_entries
 
-    backbone = keras_hub.models.BertBackbone(vocabulary_size=40, num_layers=1, num_heads=2, hidden_dim=16,
-                                             intermediate_dim=32, max_sequence_length=16)
-    model = PretrainedEncoderSeq2Seq(backbone, 30, 16, 17, dim=8, heads=2, ff_dim=16, decoder_layers=1, dropout=0.0)
+    model = tiny_pretrained_model()
     sources = [[5, 6, 7, 8, 9], [5, 10], [11, 12, 13], [7] * 16, [8] * 5]
     targets = [[5, 6, 7], [8], [9, 9, 9, 9, 9, 9], [10, 11], [12] * 17]  # the last is too long: skipped
     keys, values = fitting_entries(model, sources, targets)
