@@ -21,6 +21,7 @@ from kformer.data.pairs import Pair
 from kformer.tasks import translate
 from kformer.tasks.translate import budget as budgets
 from kformer.tasks.translate import phases, retrieval
+from kformer.tasks.translate.settings import TranslateConfig
 from kformer.training import PhaseReporter
 from kformer.training.progress import log_to_file
 
@@ -58,13 +59,13 @@ def test_an_earlier_phase_comes_first_leaving_the_later_ones_their_floors(monkey
 
 def test_estimates_follow_the_sizes_and_the_costs():
     costs = budgets.PhaseCosts(datastore_token=0.001, decode_pair=0.5, write_entry=0.0001, write_fixed=2.0,
-                               decode_fixed=7.0, index_entry=0.0005)
+                               decode_fixed=7.0, index_entry=0.0005, tune_compile=11.0)
     sizes = budgets.PhaseSizes(target_tokens=10_000, tune_pairs=150, grid_settings=19, coarse_settings=4,
-                               test_pairs=200, beam=4)
-    assert budgets.estimate_phases(sizes, costs) == pytest.approx(
-        {"datastore": 10.0 + 5.0, "tuning": 7 + 150 * 19 * 0.5, "evaluation": 7 + 200 * 0.5 * 4, "writing": 3.0})
-    floors = budgets.phase_floors(sizes, costs)  # each decoding phase compiles its loop once, however few its pairs
-    assert floors["tuning"] == pytest.approx(7 + 30 * 4 * 0.5) and floors["evaluation"] == pytest.approx(7 + 100 * 2)
+                               test_pairs=200, beam=4, grid_ks=2, coarse_ks=1)
+    assert budgets.estimate_phases(sizes, costs) == pytest.approx(  # tuning compiles its loop once per k of the grid
+        {"datastore": 10.0 + 5.0, "tuning": 2 * 11 + 150 * 19 * 0.5, "evaluation": 7 + 200 * 0.5 * 4, "writing": 3.0})
+    floors = budgets.phase_floors(sizes, costs)  # each decoding phase compiles its loop, however few its pairs
+    assert floors["tuning"] == pytest.approx(11 + 30 * 4 * 0.5) and floors["evaluation"] == pytest.approx(7 + 100 * 2)
     budget = budgets.CommandBudget(budgets.now() + 500, costs=costs)
     assert budget.decoding_seconds("evaluation") == pytest.approx(budget.left_for("evaluation") - 7, abs=0.1)
     off = budgets.estimate_phases(replace(sizes, retrieval=False), costs)
@@ -79,14 +80,13 @@ def test_estimates_follow_the_sizes_and_the_costs():
     planned.plan(sizes)  # 10,000 entries: 1 % of the way from the plain decoding's fixed cost to a million entries
     scaled = budgets.COSTS.plain_decode_fixed + 0.01 * (budgets.COSTS.decode_fixed - budgets.COSTS.plain_decode_fixed)
     assert planned.costs.decode_fixed == pytest.approx(scaled)
-    assert replace(planned.costs, decode_fixed=budgets.COSTS.decode_fixed) == budgets.COSTS
+    assert replace(planned.costs, decode_fixed=budgets.COSTS.decode_fixed, tune_compile=budgets.COSTS.tune_compile) == budgets.COSTS
     assert planned.floors == budgets.phase_floors(sizes, planned.costs)
 
 
 def test_a_datastore_that_runs_a_fine_tuned_encoder_again_is_costed_its_pass():
     """A frozen or scratch encoder's datastore pass costs the decoder's (the frozen one's outputs
     are training's cache); a fine-tuned pretrained encoder runs again for every pair."""
-    from kformer.tasks.translate.settings import TranslateConfig
 
     costs = budgets.PhaseCosts(datastore_token=1e-4, backbone_token=5e-4, index_entry=1e-4)
     sizes = budgets.PhaseSizes(target_tokens=10_000, tune_pairs=10, grid_settings=19, coarse_settings=4, test_pairs=10)
@@ -104,20 +104,26 @@ def test_a_datastore_that_runs_a_fine_tuned_encoder_again_is_costed_its_pass():
 
 
 def test_a_smaller_datastore_is_costed_a_smaller_fixed_decoding_cost():
-    costs = budgets.PhaseCosts(decode_fixed=45.0, plain_decode_fixed=15.0)
+    costs = budgets.PhaseCosts(decode_fixed=45.0, plain_decode_fixed=15.0, tune_compile=75.0)
     fixed = {entries: costs.for_run(True, entries).decode_fixed for entries in (0, 250_000, 10**6, 3 * 10**6)}
     assert fixed == pytest.approx({0: 15.0, 250_000: 22.5, 10**6: 45.0, 3 * 10**6: 45.0})
+    compiling = {entries: costs.for_run(True, entries).tune_compile for entries in (0, 250_000, 10**6, 3 * 10**6)}
+    assert compiling == pytest.approx({0: 15.0, 250_000: 30.0, 10**6: 75.0, 3 * 10**6: 75.0})
     assert costs.for_run(True) is costs and costs.for_run(False, 10).decode_fixed == 15.0
     # 60,000 entries (a few thousand pairs): tuning's and the test decoding's floors leave the datastore
-    # 2 x 28.2 s that a million entries' fixed cost would have taken from it
+    # the 56.4 + 28.2 s that a million entries' fixed costs would have taken from it
     sizes = budgets.PhaseSizes(target_tokens=60_000, tune_pairs=150, grid_settings=19, coarse_settings=4, test_pairs=300)
     small, large = (budgets.phase_floors(sizes, c) for c in (costs.for_run(True, 60_000), costs))
-    assert large["tuning"] + large["evaluation"] - small["tuning"] - small["evaluation"] == pytest.approx(2 * 28.2)
+    assert large["tuning"] - small["tuning"] == pytest.approx(56.4)
+    assert large["evaluation"] - small["evaluation"] == pytest.approx(28.2)
 
 
 def test_the_grid_sizes_tuning_plans_with():
     assert retrieval.most_settings(retrieval.grid(None)) == 8 + 2 + 1 + 7 + 1
     assert retrieval.most_settings(retrieval.grid(None, coarse=True)) == 3 + 1
+    pairs = [("one", "un")] * 3
+    sizes = phases.sizes(TranslateConfig(retrieval="on"), ([[5]] * 3, [[6]] * 3), pairs, pairs)
+    assert (sizes.grid_ks, sizes.coarse_ks) == (len(retrieval.KS), len(retrieval.COARSE_KS)) == (2, 1)
 
 
 def test_tuning_shrinks_pairs_first_then_the_grid_then_skips():
@@ -130,6 +136,12 @@ def test_tuning_shrinks_pairs_first_then_the_grid_then_skips():
     skipped = budgets.tune_size(4 * 29, 1.0, 150, 19, 4)
     assert skipped.pairs == 0 and "default weights" in skipped.cut
     assert budgets.tune_size(4 * 5, 1.0, 5, 19, 4).pairs == 5  # fewer pairs than the floor: all of them
+    # compiling: 2 ks of the full grid, 1 of the coarse one, 100 s each, before any pair is decoded
+    compiled = budgets.tune_size(200 + 19 * 60, 1.0, 150, 19, 4, fixed=(200.0, 100.0))
+    assert (compiled.pairs, compiled.coarse) == (60, False)
+    only_coarse = budgets.tune_size(200 + 19 * 20, 1.0, 150, 19, 4, fixed=(200.0, 100.0))
+    assert only_coarse.coarse and only_coarse.pairs == (200 + 19 * 20 - 100) // 4
+    assert budgets.tune_size(100 + 4 * 29, 1.0, 150, 19, 4, fixed=(200.0, 100.0)).pairs == 0
 
 
 def test_a_phase_reports_progress_and_the_log_gets_a_line_a_tenth(tmp_path):

@@ -32,37 +32,40 @@ FIXED_COST_ENTRIES = 1_000_000  # the datastore size PhaseCosts.decode_fixed was
 class PhaseCosts:
     """Seconds per item of the phases after training, on a 2-core CPU, before the run measures its own.
 
-    Where they come from: the en-ta recipe on all seven English-Tamil corpora (73,000 pairs, frozen
-    MiniLM encoder, 2-core AVX-512 CPU, 2026-12-06; BENCHMARKS.md): its datastore ran the MiniLM
-    encoder again and encoded ~2,340 target tokens a second, 2,215 on 3,000 Joshua IPC pairs
-    (2026-12-07), so ``backbone_token`` 1/2,000 (slower CPUs) is added where a pretrained encoder
-    must run again (a fine-tuned one); reading the frozen encoder's outputs that training cached,
-    the same pass encoded 29,300 tokens a second, and with a scratch encoder ~15,700 (the en-ta
-    levers benchmark, 2026-12-03): ``datastore_token`` 1/10,000 for the decoder's pass; tuning decoded
-    validation pairs greedily with retrieval (IVF over 667,000 entries) at ~0.03-0.05 s a pair in
-    batches, and the test decoding at beam 4 ~0.2 s a pair, so ``decode_pair`` 0.08 (beam search
-    costs ``beam`` times as much). The 0.5 s a pair these replace (issue 32's report of a tuning
-    that searched 17,000 pairs' datastore by brute force, one machine) gave training half of a
-    30-minute budget and the later phases 4x the time they took. ``index_entry``: the IVF index's
-    k-means and nprobe choice, ~100-140 s over 1.09 million entries in that run (no index under
-    50,000 entries: the estimate is then a little high). Writing: the model and ~1 KB of
-    keys per datastore entry, at a disk's ~50 MB a second, plus a few seconds. ``decode_fixed``: what
-    a decoding phase spends before its first pair (the decode loop compiled for its beam, the
-    datastore's keys made a tensor): 23-28 s for tuning's and up to ~75 s for beam 4's on a
-    million entries, the same run. Tuning replaces ``decode_pair`` by the fastest of its own
-    decodes with retrieval (the others include compiling a loop; the test decoding plans with it). A model without a datastore decodes far faster:
-    the en-es recipe's 2,000 test pairs greedily in 11 s, compilation included (the same machine,
-    2026-12-06), so ``plain_decode_pair`` 0.01 and ``plain_decode_fixed`` 15 s (:meth:`for_run`);
-    with the retrieval costs that run kept 205 s for a phase that took 11. ``decode_fixed`` is
-    a million-entry datastore's; a smaller one's is scaled down linearly towards the plain
+    Where they come from: the en-ta recipe on all seven English-Tamil corpora (73,476 pairs, 1.41
+    million target tokens, frozen MiniLM encoder, 2-core AVX-512 CPU; two runs of 2026-12-07,
+    BENCHMARKS.md "... the datastore built from the encoder outputs training cached"). The
+    datastore pass, reading the frozen encoder's outputs that training cached, took 61 s (4.3e-5 s
+    a target token; ~6.4e-5 with a scratch encoder, the en-ta levers benchmark, 2026-12-03):
+    ``datastore_token`` 5e-5; where a pretrained encoder must run again (a fine-tuned one) it
+    encoded 2,215 target tokens a second (3,000 Joshua IPC pairs), so ``backbone_token`` 1/2,000 is
+    added. ``index_entry``: the IVF index's k-means and nprobe choice, 64 s over 1.41 million
+    entries (4.6e-5 s an entry; ~1e-4 in an earlier run over 1.09 million); no index under 50,000
+    entries (the estimate is then a little high). Tuning decoded its validation pairs greedily with
+    retrieval at 0.032 s a pair in steady state (``decode_pair`` 0.04; beam search costs ``beam``
+    times as much: the test decoding at beam 4 took 0.15 s a pair, its compilation included), and
+    each k of its grid compiled the greedy loop over the validation batches first: 76-95 s
+    (``tune_compile`` 85, per k). Writing: the model and ~1 KB of keys per datastore entry, at a
+    disk's ~50 MB a second, plus a few seconds. ``decode_fixed``: what the test decoding spends
+    before its first pair (its loop compiled for the beam, the datastore's keys made a tensor):
+    9-11 s for the first 128 pairs at beam 4 in those runs, up to ~75 s measured earlier on a million
+    entries. Tuning replaces ``decode_pair`` by the fastest of its own decodes with retrieval (the
+    others include compiling a loop; the test decoding plans with it). These replace estimates that
+    were 2-3x the datastore's and the test decoding's measured times and gave training only its
+    floor (half of a 30-minute budget), the command then ending ~5 minutes early. A model without
+    a datastore decodes far faster: the en-es recipe's 2,000 test pairs greedily in 11 s,
+    compilation included (the same machine, 2026-12-06), so ``plain_decode_pair`` 0.01 and
+    ``plain_decode_fixed`` 15 s (:meth:`for_run`). ``decode_fixed`` and ``tune_compile`` are a
+    million-entry datastore's; a smaller one's are scaled down linearly towards the plain
     decoding's (:meth:`for_run`): its keys are fewer to make a tensor of and to index.
     """
 
-    datastore_token: float = 1 / 10_000
+    datastore_token: float = 5e-5
     backbone_token: float = 1 / 2000
-    index_entry: float = 1.5e-4
-    decode_pair: float = 0.08
+    index_entry: float = 6e-5
+    decode_pair: float = 0.04
     decode_fixed: float = 45.0
+    tune_compile: float = 85.0
     plain_decode_pair: float = 0.01
     plain_decode_fixed: float = 15.0
     write_entry: float = 1 / 50_000
@@ -79,7 +82,8 @@ class PhaseCosts:
         if entries is None or entries >= FIXED_COST_ENTRIES:
             return costs
         share = entries / FIXED_COST_ENTRIES
-        return replace(costs, decode_fixed=self.plain_decode_fixed + share * (self.decode_fixed - self.plain_decode_fixed))
+        return replace(costs, decode_fixed=self.plain_decode_fixed + share * (self.decode_fixed - self.plain_decode_fixed),
+                       tune_compile=self.plain_decode_fixed + share * (self.tune_compile - self.plain_decode_fixed))
 
 
 COSTS = PhaseCosts()
@@ -105,6 +109,8 @@ class PhaseSizes:
     grid_settings: int
     coarse_settings: int
     test_pairs: int
+    grid_ks: int = 1  # the ks of the full grid (each compiles tuning's decode loop: PhaseCosts.tune_compile)
+    coarse_ks: int = 1
     beam: int = 1
     retrieval: bool = True
     backbone_runs: bool = False  # the datastore pass runs a pretrained encoder (fine-tuned: no cached outputs)
@@ -116,7 +122,8 @@ def estimate_phases(sizes: PhaseSizes, costs: PhaseCosts | None = None) -> dict[
     costs, on = costs or COSTS, sizes.retrieval
     return {
         "datastore": sizes.target_tokens * (costs.datastore_token + costs.index_entry) if on else 0.0,
-        "tuning": costs.decode_fixed + sizes.tune_pairs * sizes.grid_settings * costs.decode_pair if on else 0.0,
+        "tuning": costs.tune_compile * sizes.grid_ks + sizes.tune_pairs * sizes.grid_settings * costs.decode_pair
+        if on else 0.0,
         "evaluation": costs.decode_fixed + sizes.test_pairs * costs.decode_pair * sizes.beam,
         "writing": costs.write_fixed + (sizes.target_tokens * costs.write_entry if on else 0.0),
     }
@@ -126,7 +133,8 @@ def phase_floors(sizes: PhaseSizes, costs: PhaseCosts | None = None) -> dict[str
     """The least seconds of each phase after training worth leaving it: tuning's floor of pairs on
     the coarse grid, :data:`EVALUATION_FLOOR_PAIRS` test pairs, the datastore and writing whole."""
     costs, estimates = costs or COSTS, estimate_phases(sizes, costs)
-    tune_floor = costs.decode_fixed + min(sizes.tune_pairs, TUNE_FLOOR_PAIRS) * sizes.coarse_settings * costs.decode_pair
+    tune_floor = (costs.tune_compile * sizes.coarse_ks
+                  + min(sizes.tune_pairs, TUNE_FLOOR_PAIRS) * sizes.coarse_settings * costs.decode_pair)
     evaluation_floor = costs.decode_fixed + min(sizes.test_pairs, EVALUATION_FLOOR_PAIRS) * costs.decode_pair * sizes.beam
     return {**estimates, "tuning": tune_floor if sizes.retrieval else 0.0, "evaluation": evaluation_floor}
 
@@ -150,21 +158,22 @@ class TuneSize:
 
 
 def tune_size(seconds: float | None, per_pair: float, available: int, full_settings: int,
-              coarse_settings: int, floor: int = TUNE_FLOOR_PAIRS) -> TuneSize:
+              coarse_settings: int, floor: int = TUNE_FLOOR_PAIRS, fixed: tuple[float, float] = (0.0, 0.0)) -> TuneSize:
     """What tuning does in ``seconds`` (None: no budget) at ``per_pair`` seconds a decoded pair, with
-    ``available`` validation pairs: fewer pairs first (down to ``floor``), then the coarse grid,
+    ``available`` validation pairs, after ``fixed`` seconds of the full and of the coarse grid
+    (compiling their decode loops): fewer pairs first (down to ``floor``), then the coarse grid,
     then nothing."""
     if seconds is None:
         return TuneSize(available)
     floor = min(floor, available)
-    for settings, coarse in ((full_settings, False), (coarse_settings, True)):
-        fits = min(available, int(seconds / max(per_pair * settings, 1e-9) + 1e-6))
+    for settings, coarse, compiling in ((full_settings, False, fixed[0]), (coarse_settings, True, fixed[1])):
+        fits = min(available, int((seconds - compiling) / max(per_pair * settings, 1e-9) + 1e-6))
         if fits >= max(floor, 1):
             cut = [] if fits == available else [f"{fits} of {available} validation pairs"]
             cut += [f"the coarse grid ({coarse_settings} settings, not {full_settings})"] if coarse else []
             return TuneSize(fits, coarse, "; ".join(cut) or None)
     return TuneSize(0, cut=f"skipped: {floor} validation pairs x {coarse_settings} settings need "
-                    f"~{floor * coarse_settings * per_pair:.0f} s, {max(seconds, 0):.0f} s left; default weights")
+                    f"~{fixed[1] + floor * coarse_settings * per_pair:.0f} s, {max(seconds, 0):.0f} s left; default weights")
 
 
 def pairs_that_fit(seconds: float | None, per_pair: float, available: int) -> int:

@@ -29,6 +29,7 @@ def sizes(config, train, valid_pairs: Sequence, test_pairs: Sequence) -> budgets
     return budgets.PhaseSizes(
         target_tokens=target_tokens(train), tune_pairs=min(len(valid_pairs), TUNE_PAIRS),
         grid_settings=most_settings(grid(None)), coarse_settings=most_settings(grid(None, coarse=True)),
+        grid_ks=len(grid(None)["k"]), coarse_ks=len(grid(None, coarse=True)["k"]),
         test_pairs=len(test_pairs), beam=config.beam, retrieval=config.retrieval == "on",
         backbone_runs=uses_pretrained(config) and config.encoder_learning_rate > 0)
 
@@ -98,9 +99,10 @@ def tuning(translator, store: Datastore, valid_pairs: Sequence[Pair], budget: Co
     the time left allows (:func:`~.budget.tune_size`); the search stops early when the decodes
     measured so far say the next setting would not fit; none fitting: the default weights."""
     started = budgets.now()
-    full, coarse = most_settings(grid(store)), most_settings(grid(store, coarse=True))
-    size = budgets.tune_size(budget.decoding_seconds("tuning"), budget.costs.decode_pair, min(len(valid_pairs), TUNE_PAIRS),
-                             full, coarse)
+    grids = grid(store), grid(store, coarse=True)
+    full, coarse = (most_settings(values) for values in grids)
+    size = budgets.tune_size(budget.left_for("tuning"), budget.costs.decode_pair, min(len(valid_pairs), TUNE_PAIRS),
+                             full, coarse, fixed=tuple(budget.costs.tune_compile * len(values["k"]) for values in grids))
     if not size.pairs:
         note(progress, f"retrieval tuning {size.cut}")
         budget.record("tuning", started, budget.estimates.get("tuning"), size.cut)
@@ -111,8 +113,8 @@ def tuning(translator, store: Datastore, valid_pairs: Sequence[Pair], budget: Co
 
     def scored(pairs: int, with_retrieval: bool) -> None:
         # a decode after a new k, or the first without retrieval, includes compiling its loop: the
-        # fastest decode with retrieval is the rate per pair (the test decoding's compilation is
-        # costed apart, as decode_fixed)
+        # fastest decode with retrieval is the rate per pair (compilations are costed apart:
+        # tune_compile here, decode_fixed for the test decoding)
         at = budgets.now()
         if with_retrieval:
             rates.append((at - last[0]) / pairs)
