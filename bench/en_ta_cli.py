@@ -12,7 +12,8 @@ The folder is trained by the command itself, as a user runs it (timed from outsi
 
 Several folders (the same command with ``--seed`` 0, 1, 2: ``--folder A B C --wall-seconds SA SB SC``)
 give each seed's rows and, first, their mean with the sample sd of each test chrF (the final row of
-issue 32: the recipe over 3 seeds).
+issue 32: the recipe over 3 seeds). With ``--recorded`` the folders' rows are not decoded again but read from
+the runs that scored each folder alone (``bench/results.jsonl``): seeds scored one by one, averaged.
 
 Rows: the folder decoded greedily with its datastore and without it (TICO-19 test documents and
 Joshua IPC test sentences, ``tico_*`` / ``ipc_*``; ``*_s_per_sent``: decode seconds per sentence,
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import time
 from pathlib import Path
@@ -87,6 +89,28 @@ def folder_rows(folder: Path, split, wall_seconds: float | None) -> list[dict]:
     return [*rows, own]
 
 
+def recorded_rows(folder: Path, results: Path | None = None) -> list[dict]:
+    """The folder's own rows (not the baselines') from the latest run of this benchmark in
+    ``bench/results.jsonl`` (``results``) that scored that folder alone: what ``--recorded``
+    averages instead of decoding the folder again (its greedy decodes are deterministic; its
+    seconds a sentence are that run's)."""
+    from bench.harness import RESULTS_FILE
+
+    rows = None
+    for line in (results or RESULTS_FILE).read_text(encoding="utf-8").splitlines():
+        record = json.loads(line) if line.strip() else {}
+        if not record.get("title", "").startswith(TITLE):
+            continue
+        words = shlex.split(record["command"])
+        scored = _parser().parse_known_args(words[words.index("bench.en_ta_cli") + 1:])[0].folder
+        if [Path(f).resolve() for f in scored] == [folder.resolve()]:
+            rows = [row for row in record["rows"] if row["system"].startswith("kformer")]
+    if rows is None:
+        raise SystemExit(f"--recorded: no run of bench.en_ta_cli scored {folder} alone in bench/results.jsonl; "
+                         "score it first (without --recorded)")
+    return rows
+
+
 def seeds_rows(runs: list[list[dict]]) -> list[dict]:
     """One folder's rows as they are; several folders' (one per seed): the mean of each decoding
     over the seeds (``bench.en_ta.mean_row``: sd of each test chrF), then every seed's rows with
@@ -105,7 +129,7 @@ def seeds_rows(runs: list[list[dict]]) -> list[dict]:
     return means + [row | {"system": f"{row['system']} (seed {row['seed']})"} for run in runs for row in run]
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--folder", type=Path, nargs="+", required=True,
                         help="the folder the CLI command wrote (several: one per --seed, and their mean)")
@@ -114,8 +138,15 @@ def main() -> None:
     parser.add_argument("--variant", default="", help="the flags the run added to the recipe's command, e.g. "
                         "'--encoder-learning-rate 3e-5' (its own title: the recipe's rows in the summary stay)")
     parser.add_argument("--note", default="", help="a sentence appended to the notes (what else the run showed)")
+    parser.add_argument("--recorded", action="store_true",
+                        help="each folder's rows as recorded when it was scored alone (bench/results.jsonl), "
+                        "not decoded again: the mean of seeds scored one by one")
     parser.add_argument("--no-record", action="store_true", help="print, do not append to BENCHMARKS.md")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = _parser().parse_args()
     from bench.en_ta import SYSTEMS, baseline_row
     from bench.en_ta_splits import split as make_split
 
@@ -123,7 +154,11 @@ def main() -> None:
         raise SystemExit(f"--wall-seconds: {len(args.wall_seconds)} values for {len(args.folder)} folders")
     split = make_split()
     walls = args.wall_seconds or [None] * len(args.folder)
-    rows = seeds_rows([folder_rows(folder, split, wall) for folder, wall in zip(args.folder, walls, strict=True)])
+    if args.recorded:
+        runs = [recorded_rows(folder) for folder in args.folder]
+    else:
+        runs = [folder_rows(folder, split, wall) for folder, wall in zip(args.folder, walls, strict=True)]
+    rows = seeds_rows(runs)
     rows += [baseline_row(name, SYSTEMS[name], split) for name in ("memory", "memory-base", "floor")]
     rows = [{k: v for k, v in row.items() if not k.startswith("valid_") or k == "valid_chrf"} for row in rows]
     notes = ("The folder was trained by `kformer train translate --data SPLIT/train --valid SPLIT/valid.tsv --test "
@@ -137,7 +172,9 @@ def main() -> None:
              "Targets (issue 32): TICO-19 chrF >= 27 and >= memory; Joshua IPC >= memory." + (
                  f" {args.note}" if args.note else "") + (
                  f" The {len(args.folder)} folders: that command with --seed 0 (the default), 1, ...; each mean "
-                 "row averages the seeds' rows of its decoding (*_sd: the sample sd over the seeds)."
+                 "row averages the seeds' rows of its decoding (*_sd: the sample sd over the seeds)." + (
+                     " Each seed's rows are those recorded when its folder was scored alone (its own section), "
+                     "not decoded again (--recorded)." if args.recorded else "")
                  if len(args.folder) > 1 else ""))
     if args.no_record:
         print(results_table(rows, "memory", ("tico_chrf", "ipc_chrf")) + "\n\n" + notes)
