@@ -26,10 +26,11 @@ DECODE_CHUNK = 64  # test pairs decoded between a progress report and the next l
 
 def sizes(config, train, valid_pairs: Sequence, test_pairs: Sequence) -> budgets.PhaseSizes:
     """What the phases after training will handle, for :func:`~.budget.estimate_phases`."""
+    full, coarse = grid(None), grid(None, coarse=True)
     return budgets.PhaseSizes(
         target_tokens=target_tokens(train), tune_pairs=min(len(valid_pairs), TUNE_PAIRS),
-        grid_settings=most_settings(grid(None)), coarse_settings=most_settings(grid(None, coarse=True)),
-        grid_ks=len(grid(None)["k"]), coarse_ks=len(grid(None, coarse=True)["k"]),
+        grid_settings=most_settings(full), coarse_settings=most_settings(coarse),
+        grid_ks=len(full["k"]), coarse_ks=len(coarse["k"]),
         test_pairs=len(test_pairs), beam=config.beam, retrieval=config.retrieval == "on",
         backbone_runs=uses_pretrained(config) and config.encoder_learning_rate > 0)
 
