@@ -68,6 +68,23 @@ def test_the_compiled_loop_the_gather_and_the_numpy_reference_agree(index):
     assert np.array_equal(ivf.ivf_search(index["queries"], index["keys"], index["layout"], 3, 16), gathered_i)
 
 
+def test_the_compiled_search_takes_every_tensor_as_an_input(index):
+    # XLA's TensorFlow bridge folds whatever a slice's start depends on into compile-time constants
+    # when it can: the queries and the index then became constants (a recompile per query batch,
+    # and ~29 s more compiling per decode shape on the recipe's 7,238 lists).
+    import re
+
+    import tensorflow as tf
+
+    layout = index["layout"]
+    padded = ivf.key_tensors(index["keys"], padding=layout.capacity)
+    tensors = ivf.ivf_tensors(layout, 3)
+    hlo = tf.function(ivf.ivf_nearest, jit_compile=True).experimental_get_compiler_ir(
+        tf.constant(index["queries"]), *padded, tensors, 16)(stage="hlo")
+    entry = hlo[hlo.index("ENTRY"):].split("\n")[0]  # the entry computation's signature
+    assert len(re.findall(r"arg\d+\.\d+: ", entry)) == 7  # queries, keys, key norms and the index's 4
+
+
 def test_padding_is_never_a_neighbour(index):
     layout, keys32 = index["layout"], index["keys"]
     k = layout.capacity + 3  # one list holds fewer: the rest of the window is padding

@@ -148,22 +148,30 @@ def looped_scores(queries, keys, key_norms, candidates, ivf: Ivf):
     ``capacity`` rows from the list's start and one matrix-vector product. Compiled on a CPU
     (64 queries of dim 128, nprobe 16, inside a loop as in decoding): 2.7 ms against the gather's
     8.6 at 100,000 entries (brute force 33.8), 2.4 against 7.2 at 20,000 (brute force 7.2);
-    eagerly each iteration costs a round trip. XLA treats a slice's start
-    as a compile-time constant wherever it can trace it back to the compiled function's arguments:
-    compiled on its own with the queries as an argument this recompiles for every query batch;
-    inside the decode loops the queries are the loop's states, and it compiles once."""
+    eagerly each iteration costs a round trip.
+
+    The starts ride in the loop's state, rewritten one element per iteration, rather than being
+    read from outside it: XLA's TensorFlow bridge takes a slice's start as a compile-time
+    constant wherever it can, and tries to evaluate any loop-invariant input it reads from on the
+    host before it compiles the loop. Read from outside, the starts made it fold the queries, the
+    centroids and the coarse search into constants (the decode loops compiled for ~29 s more per
+    shape at 7,238 lists, and this function alone recompiled for every query batch); carried,
+    they are the loop's own values and every input stays a parameter."""
     capacity, dim = ivf.capacity, int(keys.shape[1])
     starts = ops.reshape(candidates, (-1, ivf.nprobe, capacity))[:, :, 0]
     starts = ops.reshape(starts, (-1,))  # (rows * nprobe,)
 
-    def score_list(i, scores):
-        block = ops.slice(keys, (starts[i], 0), (capacity, dim))
-        norms = ops.slice(key_norms, (starts[i],), (capacity,))
+    def score_list(i, state):
+        scores, starts = state
+        start = starts[i]
+        block = ops.slice(keys, (start, 0), (capacity, dim))
+        norms = ops.slice(key_norms, (start,), (capacity,))
         query = ops.take(queries, i // ivf.nprobe, axis=0)
-        return ops.slice_update(scores, (i * capacity,), norms - 2.0 * ops.matmul(block, query[:, None])[:, 0])
+        scores = ops.slice_update(scores, (i * capacity,), norms - 2.0 * ops.matmul(block, query[:, None])[:, 0])
+        return scores, ops.slice_update(starts, (i,), start[None])  # the same values, not loop-invariant
 
     pairs = ops.shape(starts)[0]
-    scores = ops.fori_loop(0, pairs, score_list, ops.zeros((pairs * capacity,), dtype="float32"))
+    scores, _ = ops.fori_loop(0, pairs, score_list, (ops.zeros((pairs * capacity,), dtype="float32"), starts))
     return ops.reshape(scores, (-1, ivf.nprobe * capacity))
 
 
