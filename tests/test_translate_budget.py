@@ -119,7 +119,7 @@ def test_a_smaller_datastore_is_costed_a_smaller_fixed_decoding_cost():
 
 
 def test_the_grid_sizes_tuning_plans_with():
-    assert retrieval.most_settings(retrieval.grid(None)) == 8 + 2 + 1 + 7 + 1
+    assert retrieval.most_settings(retrieval.grid(None)) == 9 + 3 + 1 + 8 + 1  # lambdas, other temperatures, other k, lambdas again, without
     assert retrieval.most_settings(retrieval.grid(None, coarse=True)) == 3 + 1
     pairs = [("one", "un")] * 3
     sizes = phases.sizes(TranslateConfig(retrieval="on"), ([[5]] * 3, [[6]] * 3), pairs, pairs)
@@ -330,7 +330,7 @@ def test_a_budgeted_run_shrinks_training_cuts_tuning_and_fits_the_budget(tmp_pat
     elapsed = budgets.now() - started
     recorded = {phase["name"]: phase for phase in result.metrics["phases"]}
     assert list(recorded) == list(budgets.PHASES) and recorded["datastore"]["cut"] is None
-    # tuning's full grid (5 pairs x 19 settings at 1 s) is beyond the budget: training keeps its floor
+    # tuning's full grid (5 pairs x 22 settings at 1 s) is beyond the budget: training keeps its floor
     assert recorded["training"]["estimated_seconds"] == pytest.approx(budgets.MIN_TRAINING_SHARE * 60, abs=0.1)
     assert "coarse grid" in recorded["tuning"]["cut"]
     assert result.metrics["retrieval"]["tuning"]["grid"]["lam"] == list(retrieval.COARSE_LAMBDAS)

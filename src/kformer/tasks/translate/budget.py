@@ -44,12 +44,14 @@ class PhaseCosts:
     entries (the estimate is then a little high). Tuning decoded its validation pairs greedily with
     retrieval at 0.032 s a pair in steady state (``decode_pair`` 0.04; beam search costs ``beam``
     times as much: the test decoding at beam 4 took 0.15 s a pair, its compilation included), and
-    each k of its grid compiled the greedy loop over the validation batches first: 76-95 s
-    (``tune_compile`` 85, per k). Writing: the model and ~1 KB of keys per datastore entry, at a
+    each k of its grid compiles the greedy loop over the validation batches first: 76-95 s in
+    those runs, 7-8 s since the IVF search's inputs stay parameters (758a712: the 150 validation
+    pairs' 3 shapes in 12.3 s cold, 4.5 warm, on the first run's folder), so ``tune_compile`` 15
+    per k, as a plain decoding's. Writing: the model and ~1 KB of keys per datastore entry, at a
     disk's ~50 MB a second, plus a few seconds. ``decode_fixed``: what the test decoding spends
     before its first pair (its loop compiled for the beam, the datastore's keys made a tensor):
-    9-11 s for the first 128 pairs at beam 4 in those runs, up to ~75 s measured earlier on a million
-    entries. Tuning replaces ``decode_pair`` by the fastest of its own decodes with retrieval (the
+    the keys 5.5 s, and beam 4 over 64 pairs 9.4 s cold since 758a712 (11.6 before; up to ~75 s
+    measured earlier on a million entries, compiling the search for each shape): 20. Tuning replaces ``decode_pair`` by the fastest of its own decodes with retrieval (the
     others include compiling a loop; the test decoding plans with it). These replace estimates that
     were 2-3x the datastore's and the test decoding's measured times and gave training only its
     floor (half of a 30-minute budget), the command then ending ~5 minutes early. A model without
@@ -64,8 +66,8 @@ class PhaseCosts:
     backbone_token: float = 1 / 2000
     index_entry: float = 6e-5
     decode_pair: float = 0.04
-    decode_fixed: float = 45.0
-    tune_compile: float = 85.0
+    decode_fixed: float = 20.0
+    tune_compile: float = 15.0
     plain_decode_pair: float = 0.01
     plain_decode_fixed: float = 15.0
     write_entry: float = 1 / 50_000
