@@ -18,7 +18,7 @@ the runs that scored each folder alone (``bench/results.jsonl``): seeds scored o
 Rows: the folder decoded greedily with its datastore and without it (TICO-19 test documents and
 Joshua IPC test sentences, ``tico_*`` / ``ipc_*``; ``*_s_per_sent``: decode seconds per sentence,
 cold: each decode shape compiles once, as a ``kformer evaluate`` does), the test decoding the run
-itself did within its budget (the recipe's beam 4 with the datastore, on the pairs it had time
+itself did within its budget (the recipe's beam with the datastore, on the pairs it had time
 for), and ``bench.en_ta``'s ``memory`` and ``floor`` rows. The phases column copies
 ``metrics.json["phases"]`` (seconds, and what was cut).
 """

@@ -6,7 +6,9 @@ at most 150 validation pairs; when every run chooses a value at the grid's edge,
 is what to re-derive. This scores the whole cross of ``--lambdas`` and ``--scales`` (temperatures
 as multiples of each datastore's ``scale``) on every validation pair of ``--valid`` (never a test
 pair), once per folder; then ``k`` 4 and 16 at the setting best on the mean; and the network
-alone. Rows: one per setting, each folder's chrF and their mean.
+alone; and the tuned setting and the network alone at beam 4 (the recipe's beam before
+this benchmark). Rows: one per setting, each folder's chrF and their mean; greedy unless a row
+names its beam.
 
     python -m bench.retrieval_grid --valid SPLIT/valid.tsv --folder runs/en-ta runs/en-ta-s1 runs/en-ta-s2
 """
@@ -21,11 +23,12 @@ from bench.harness import machine_summary, record_or_print
 LAMBDAS = (0.6, 0.7, 0.8, 0.9)
 SCALES = (0.01, 0.03, 0.1, 0.3)
 OTHER_KS = (4, 16)
+BEAM = 4  # the beam the en-ta recipe decoded with before this benchmark
 
 
-def valid_chrf(translator, pairs, store) -> float:
-    """Greedy chrF of ``pairs`` decoded with the datastore ``store`` (None: without one)."""
-    return float(translator.with_retrieval(store).score(pairs, beam=1)[0]["chrf"])
+def valid_chrf(translator, pairs, store, beam: int = 1) -> float:
+    """chrF of ``pairs`` decoded (greedy, or with ``beam``) with the datastore ``store`` (None: without one)."""
+    return float(translator.with_retrieval(store).score(pairs, beam=beam)[0]["chrf"])
 
 
 def folder_scores(folder: Path, pairs, lambdas, scales) -> tuple[dict, object]:
@@ -68,10 +71,14 @@ def main(argv=None) -> None:
                 translator, pairs, store.with_settings(lam=lam, temperature=round(scale * store.scale, 6), k=k))
         per_folder[folder]["tuned"] = valid_chrf(translator, pairs, store)
         per_folder[folder]["without"] = valid_chrf(translator, pairs, None)
+        per_folder[folder]["tuned beam"] = valid_chrf(translator, pairs, store, beam=BEAM)
+        per_folder[folder]["without beam"] = valid_chrf(translator, pairs, None, beam=BEAM)
     rows = []
     for key in per_folder[args.folder[0]]:
         system = (key if isinstance(key, str) else f"lambda {key[0]}, temperature {key[1]} x scale, k {key[2]}")
-        system = {"tuned": "each folder's tuned setting", "without": "without retrieval"}.get(system, system)
+        system = {"tuned": "each folder's tuned setting", "without": "without retrieval",
+                  "tuned beam": f"each folder's tuned setting, beam {BEAM}",
+                  "without beam": f"without retrieval, beam {BEAM}"}.get(system, system)
         row = {"system": system, "valid_chrf": round(sum(s[key] for s in per_folder.values()) / len(per_folder), 2)}
         row.update({folder.name: round(s[key], 2) for folder, s in per_folder.items()})
         rows.append(row)
@@ -79,7 +86,7 @@ def main(argv=None) -> None:
     notes = (f"Command: `python -m bench.retrieval_grid --valid {args.valid} --folder "
              f"{' '.join(str(f) for f in args.folder)}`. Greedy chrF of all {len(pairs)} validation pairs (never a "
              f"test pair) per folder and their mean (valid_chrf); k 4 and 16 at the setting best on the mean "
-             f"(lambda {lam}, temperature {scale} x scale). Each folder's tuned setting: "
+             f"(lambda {lam}, temperature {scale} x scale); greedy unless a row names its beam. Each folder's tuned setting: "
              + "; ".join(f"{name} lambda {s.lam}, temperature {s.temperature / s.scale:.3g} x scale, k {s.k}"
                          for name, s in tuned.items()) + f". {machine_summary()}")
     record_or_print(f"The retrieval grid past its edges: {len(args.folder)} folders, {len(pairs)} validation pairs",
