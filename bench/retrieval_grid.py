@@ -19,11 +19,19 @@ import argparse
 from pathlib import Path
 
 from bench.harness import machine_summary, record_or_print
+from bench.headlines import Headline
 
 LAMBDAS = (0.6, 0.7, 0.8, 0.9)
 SCALES = (0.01, 0.03, 0.1, 0.3)
 OTHER_KS = (4, 16)
 BEAM = 4  # the beam the en-ta recipe decoded with before this benchmark
+
+HEADLINES = (
+    Headline("translation", "The retrieval grid past its edges", "valid_chrf",
+             name="en-ta with its datastore: greedy vs beam 4 (validation; the recipe's beam)",
+             kformer={"system": "^each folder's tuned setting$"},
+             baseline={"system": "^each folder's tuned setting, beam 4$"}),
+)
 
 
 def valid_chrf(translator, pairs, store, beam: int = 1) -> float:
