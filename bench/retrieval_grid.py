@@ -39,6 +39,11 @@ def valid_chrf(translator, pairs, store, beam: int = 1) -> float:
     return float(translator.with_retrieval(store).score(pairs, beam=beam)[0]["chrf"])
 
 
+def at(store, lam: float, scale: float, k: int):
+    """``store`` with lambda ``lam``, temperature ``scale`` x its own scale and ``k`` neighbours."""
+    return store.with_settings(lam=lam, temperature=round(scale * store.scale, 6), k=k)
+
+
 def folder_scores(folder: Path, pairs, lambdas, scales) -> tuple[dict, object]:
     """``({(lam, scale, k): chrF}, translator)`` of the cross at k 8, for one folder."""
     from kformer.tasks import translate
@@ -48,8 +53,7 @@ def folder_scores(folder: Path, pairs, lambdas, scales) -> tuple[dict, object]:
     scores = {}
     for scale in scales:
         for lam in lambdas:
-            setting = store.with_settings(lam=lam, temperature=round(scale * store.scale, 6), k=8)
-            scores[(lam, scale, 8)] = valid_chrf(translator, pairs, setting)
+            scores[(lam, scale, 8)] = valid_chrf(translator, pairs, at(store, lam, scale, 8))
             print(f"{folder.name}: lambda {lam}, temperature {scale} x scale, k 8: {scores[(lam, scale, 8)]:.2f}", flush=True)
     return scores, translator
 
@@ -75,8 +79,7 @@ def main(argv=None) -> None:
     for folder, translator in translators.items():
         store = translator.retrieval
         for k in OTHER_KS:
-            per_folder[folder][(lam, scale, k)] = valid_chrf(
-                translator, pairs, store.with_settings(lam=lam, temperature=round(scale * store.scale, 6), k=k))
+            per_folder[folder][(lam, scale, k)] = valid_chrf(translator, pairs, at(store, lam, scale, k))
         per_folder[folder]["tuned"] = valid_chrf(translator, pairs, store)
         per_folder[folder]["without"] = valid_chrf(translator, pairs, None)
         per_folder[folder]["tuned beam"] = valid_chrf(translator, pairs, store, beam=BEAM)
@@ -92,7 +95,7 @@ def main(argv=None) -> None:
         rows.append(row)
     tuned = {folder.name: translator.retrieval for folder, translator in translators.items()}
     notes = (f"Command: `python -m bench.retrieval_grid --valid {args.valid} --folder "
-             f"{' '.join(str(f) for f in args.folder)}`. Greedy chrF of all {len(pairs)} validation pairs (never a "
+             f"{' '.join(str(f) for f in args.folder)} --lambdas {args.lambdas} --scales {args.scales}`. Greedy chrF of all {len(pairs)} validation pairs (never a "
              f"test pair) per folder and their mean (valid_chrf); k 4 and 16 at the setting best on the mean "
              f"(lambda {lam}, temperature {scale} x scale); greedy unless a row names its beam. Each folder's tuned setting: "
              + "; ".join(f"{name} lambda {s.lam}, temperature {s.temperature / s.scale:.3g} x scale, k {s.k}"
