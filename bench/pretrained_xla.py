@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import time
 
 import numpy as np
 
 from bench.harness import record_or_print
 from bench.headlines import Headline
+from bench.roofline import one_pass
 
 # This benchmark's rows in BENCHMARKS.md's summary (bench/headlines.py says how they are read)
 HEADLINES = (
@@ -99,14 +99,6 @@ def build(translate, prepared, xla: bool):
     compile_seq2seq(model, config.learning_rate, 0, None, label_smoothing=config.label_smoothing,
                     weight_decay=config.weight_decay, jit_compile=xla)
     return model
-
-
-def one_pass(model, batches) -> float:
-    """Seconds of ``train_on_batch`` over ``batches``."""
-    start = time.perf_counter()
-    for x, y in batches:
-        model.train_on_batch(x, y)
-    return time.perf_counter() - start
 
 
 def main() -> None:

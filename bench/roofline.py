@@ -378,15 +378,17 @@ def arithmetic(count: int) -> Workload:
     return Workload("arithmetic model", build, batches, tokens, pipeline_ms)
 
 
+def one_pass(model, batches) -> float:
+    """Seconds of ``train_on_batch`` over ``batches``."""
+    start = time.perf_counter()
+    for x, y in batches:
+        model.train_on_batch(x, y)
+    return time.perf_counter() - start
+
+
 def time_passes(model, batches, passes: int) -> tuple[float, list[float]]:
     """``(first pass seconds, [seconds of each later pass])`` of ``train_on_batch`` over ``batches``."""
-    def one_pass() -> float:
-        start = time.perf_counter()
-        for x, y in batches:
-            model.train_on_batch(x, y)
-        return time.perf_counter() - start
-
-    return one_pass(), [one_pass() for _ in range(passes)]
+    return one_pass(model, batches), [one_pass(model, batches) for _ in range(passes)]
 
 
 def measure(work: Workload, variant: str, passes: int, peak: float, flops: int) -> dict:
