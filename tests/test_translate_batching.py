@@ -64,6 +64,27 @@ def test_epoch_plan_covers_every_pair_once_and_a_resume_sees_the_same_order():
         PairBatchPlan(LENGTHS, batch_tokens=64, batch_size=8)
 
 
+def test_weighted_epochs_fill_every_batch_of_a_width_to_one_size():
+    """With corpus weights each epoch's remainder batches change size; filled up to ``full_rows``,
+    a width has one batch size in every epoch (what an XLA step compiles once), never over the
+    token budget, and the filling is only ever added to a remainder."""
+    groups = np.arange(len(LENGTHS)) % 3
+    plan = PairBatchPlan(LENGTHS, batch_tokens=1024, seed=5, groups=groups, weights=(0.5, 1.7, 3.2))
+    sizes: dict[int, set] = {}
+    remainders = set()
+    for epoch in range(4):
+        for batch in plan.epoch(epoch):
+            width = bucket_width(int(LENGTHS[batch].max()))
+            full = plan.full_rows(batch)
+            assert len(batch) <= full and full * width <= 1024
+            sizes.setdefault(width, set()).add(full)
+            if len(batch) < full:
+                remainders.add((width, len(batch)))
+    assert all(len(full) == 1 for full in sizes.values())
+    assert len(remainders) > len(sizes)  # without filling, the widths would meet more sizes than one each
+    assert PairBatchPlan(LENGTHS, batch_size=32).full_rows(np.arange(5)) == 32
+
+
 def test_curriculum_first_epochs_are_short_and_later_epochs_normal():
     levels = tuple(curriculum_levels(LENGTHS, 3))
     plan = PairBatchPlan(LENGTHS, batch_tokens=1024, seed=0, levels=levels)

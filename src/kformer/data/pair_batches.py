@@ -17,6 +17,11 @@ Several corpora (``groups``: each pair's corpus, ``weights``: one per corpus, a 
 corpus's natural share): epoch ``e`` trains on each pair ``int(weight)`` times and on a seeded
 ``weight - int(weight)`` share of its corpus's pairs once more, drawn afresh each epoch
 (:func:`weighted_draw`), cut into ``steps`` batches as a curriculum level is.
+
+Each width's last batch of an epoch is a remainder, and with weights or a curriculum its size
+changes from epoch to epoch: a step compiled per batch shape (XLA) would compile anew each epoch.
+:meth:`PairBatchPlan.full_rows` gives the size to fill such a batch up to (with empty pairs,
+whose padding the masked loss leaves out), so each width meets the compiled step in one size.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from functools import cached_property
 
 import numpy as np
 
-from kformer.data.batching import length_bucketed_batches, token_budget_batches
+from kformer.data.batching import bucket_width, length_bucketed_batches, token_budget_batches
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,14 @@ class PairBatchPlan:
         if self.weights is None:
             return np.arange(len(self.lengths))
         return weighted_draw(self.groups, self.weights, np.random.default_rng([self.seed, number, len(self.weights)]))
+
+    def full_rows(self, batch: np.ndarray) -> int:
+        """The rows of a full batch of ``batch``'s kind: ``batch_size``, or the rows
+        ``batch_tokens`` packs at its width (as :func:`~kformer.data.batching.token_budget_batches`
+        cuts them)."""
+        if self.batch_size is not None:
+            return self.batch_size
+        return max(1, self.batch_tokens // bucket_width(max(int(self.lengths[batch].max()), 1)))
 
     def epoch(self, number: int) -> list[np.ndarray]:
         """The index batches of epoch ``number`` (0-based), ``steps`` of them."""

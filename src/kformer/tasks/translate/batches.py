@@ -47,7 +47,8 @@ def batch_plan(config, lengths: Sequence[int] | np.ndarray, shuffle: bool, level
                          groups=None if weights is None else groups, weights=weights)
 
 
-def dataset(pairs: EncodedPairs, plan, limits=(None, None), first_epoch: int = 0, states=None):
+def dataset(pairs: EncodedPairs, plan, limits=(None, None), first_epoch: int = 0, states=None,
+            full_rows: bool = False):
     """A ``tf.data`` pipeline of the teacher-forcing batches ``plan`` arranges, epoch by epoch.
 
     Yields ``({"source": (batch, S), "target_in": (batch, T)}, target_out (batch, T))`` with
@@ -55,7 +56,9 @@ def dataset(pairs: EncodedPairs, plan, limits=(None, None), first_epoch: int = 0
     width bucket (at most ``limits``). ``first_epoch`` is where a resumed run starts, so it sees
     the order an uninterrupted run would. ``states`` (a frozen pretrained encoder's outputs, one
     ``(len(source), hidden)`` array per source) adds ``"encoder_states": (batch, S, hidden)``,
-    zero-padded as the sources are.
+    zero-padded as the sources are. ``full_rows`` (for a step compiled per shape) fills each batch
+    up to :meth:`~kformer.data.pair_batches.PairBatchPlan.full_rows` with empty pairs: all
+    padding, which the masked loss and accuracy leave out.
     """
     import tensorflow as tf  # input pipeline only, outside the model
 
@@ -69,12 +72,13 @@ def dataset(pairs: EncodedPairs, plan, limits=(None, None), first_epoch: int = 0
         batches = plan.epoch(epoch["n"])
         epoch["n"] += 1
         for rows in batches:
-            source = pad_batch([sources[i] for i in rows], limit=limits[0])
-            target_in = pad_batch([[START_ID, *targets[i]] for i in rows], limit=limits[1])
-            target_out = pad_batch([[*targets[i], END_ID] for i in rows], limit=limits[1])
+            empty = [[]] * (plan.full_rows(rows) - len(rows) if full_rows else 0)
+            source = pad_batch([sources[i] for i in rows] + empty, limit=limits[0])
+            target_in = pad_batch([[START_ID, *targets[i]] for i in rows] + empty, limit=limits[1])
+            target_out = pad_batch([[*targets[i], END_ID] for i in rows] + empty, limit=limits[1])
             inputs = {"source": source, "target_in": target_in}
             if states is not None:
-                inputs["encoder_states"] = padded_states([states[i] for i in rows], source.shape[1])
+                inputs["encoder_states"] = padded_states([states[i] for i in rows], source.shape[1], len(source))
             yield inputs, target_out
 
     spec = tf.TensorSpec((None, None), tf.int32)
@@ -85,9 +89,10 @@ def dataset(pairs: EncodedPairs, plan, limits=(None, None), first_epoch: int = 0
     return pipeline.apply(tf.data.experimental.assert_cardinality(plan.steps)).prefetch(2)
 
 
-def padded_states(states: Sequence[np.ndarray], width: int) -> np.ndarray:
-    """``(batch, width, hidden)`` float32: each ``(length, hidden)`` array, zero-padded."""
-    out = np.zeros((len(states), width, states[0].shape[-1]), dtype="float32")
+def padded_states(states: Sequence[np.ndarray], width: int, rows: int | None = None) -> np.ndarray:
+    """``(rows, width, hidden)`` float32: each ``(length, hidden)`` array, zero-padded (``rows``:
+    at least ``len(states)``; the rows past them all zeros)."""
+    out = np.zeros((rows or len(states), width, states[0].shape[-1]), dtype="float32")
     for row, state in enumerate(states):
         out[row, : len(state)] = state
     return out

@@ -374,7 +374,8 @@ def _fit(prepared: _Prepared, state_dir: Path, resume: bool, progress: Progress 
                             batch_size=None if config.batch_size == AUTO else max(config.batch_size, 64))
     result = parallel.fit(
         cluster, model,
-        dataset(prepared.train, plan, limits=limits, first_epoch=first_epoch, states=states[0]),
+        dataset(prepared.train, plan, limits=limits, first_epoch=first_epoch, states=states[0],
+                full_rows=bool(config.jit_compile)),
         dataset(prepared.valid, valid_plan, limits=limits, states=states[1]),
         training.FitPlan(epochs=config.epochs, out_dir=state_dir, patience=config.patience,
                          max_minutes=max_minutes, monitor=f"val_{config.early_stopping}", resume=resume),
