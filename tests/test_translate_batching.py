@@ -256,7 +256,11 @@ def test_xla_compiles_the_step_only_where_it_repays_the_compiles():
     least = translate_auto.XLA_MIN_UPDATES
     assert translate_auto.xla_rule(least, "tensorflow")[0] is True
     assert translate_auto.xla_rule(least - 1, "tensorflow")[0] is False
-    assert translate_auto.xla_rule(10 * least, "tensorflow", "minilm")[0] is False  # not measured
+    frozen = translate_auto.XLA_MIN_UPDATES_FROZEN  # its compiles take longer: a higher bar
+    assert frozen > least
+    assert translate_auto.xla_rule(frozen, "tensorflow", "minilm")[0] is True
+    assert translate_auto.xla_rule(frozen - 1, "tensorflow", "minilm")[0] is False
+    assert translate_auto.xla_rule(10 * frozen, "tensorflow", "minilm", frozen=False)[0] is False  # not measured
     assert translate_auto.xla_rule(1, "jax")[0] is True  # op by op would be far slower
 
 

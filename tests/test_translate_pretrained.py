@@ -128,6 +128,30 @@ def test_cached_encoder_states_give_the_same_logits_as_the_backbone(tmp_path):
     np.testing.assert_allclose(cached, live, atol=1e-5)
 
 
+def test_an_xla_step_over_cached_encoder_states_trains_as_the_plain_graph():
+    """auto compiles a frozen encoder's training step with XLA on long runs: the same losses step
+    after step as the plain graph's, within float32 reordering (XLA fuses and reorders sums)."""
+    from kformer.models.pretrained_seq2seq import encoder_states
+    from kformer.models.seq2seq import compile_seq2seq
+    from kformer.tasks.translate.batches import padded_states
+    from kformer.training import set_seed
+
+    sources = [[5, 6, 7, 8, 9], [5, 10]]
+    x = {"source": np.array([[5, 6, 7, 8, 9], [5, 10, 0, 0, 0]], "int32"),
+         "target_in": np.array([[1, 5, 6], [1, 7, 0]], "int32")}
+    y = np.array([[5, 6, 2], [7, 2, 0]], "int32")
+    trained = {}
+    for xla in (False, True):
+        set_seed(3)
+        model = tiny_pretrained_model()
+        compile_seq2seq(model, 0.01, 0, None, label_smoothing=0.1, jit_compile=xla)
+        states = {**x, "encoder_states": padded_states(encoder_states(model, sources), 5)}
+        trained[xla] = [float(np.asarray(model.train_on_batch(states, y))[0]) for _ in range(3)]
+    # losses, not weights: Adam moves a weight whose gradient is float32 noise by ~the rate either way
+    assert trained[False][2] < trained[False][0]  # the steps train
+    np.testing.assert_allclose(trained[True], trained[False], rtol=1e-4)
+
+
 def test_the_datastore_reads_cached_encoder_outputs_instead_of_running_the_backbone(monkeypatch):
     """The datastore pass with the backbone's outputs at hand (as training cached them) gives the
     entries of the pass that runs the backbone, which then does not run."""

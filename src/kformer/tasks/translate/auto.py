@@ -60,6 +60,12 @@ WARMUP_SHARE, WARMUP_MAX = 0.05, 1000
 # that after about 75 updates. A smaller batch saves less per step for the same compiles (a
 # 1,024-token batch, about a quarter as much if the saving scales with the tokens: ~300 updates); 500 leaves margin.
 XLA_MIN_UPDATES = 500
+# XLA over a frozen pretrained encoder (bench.pretrained_xla, BENCHMARKS.md, 2026-12-07): training feeds the backbone's
+# cached outputs, so the step is kformer's own layers. On the en-ta recipe's 2,048-token batches (all seven corpora) an
+# XLA step took 157-172 ms against 195-228 (two runs), after 4.9-8 s of compiling per batch shape against 0.4-1.2 s
+# of tracing (14 shapes in an unfilled epoch, 7 once remainders are filled): it repays that after 1,100-2,500
+# updates; 3,000 leaves margin. End to end its epochs took ~130 s against ~175 (3 seeds of the recipe).
+XLA_MIN_UPDATES_FROZEN = 3000
 
 
 @dataclass(frozen=True)
@@ -281,12 +287,14 @@ def _warmup_steps(config, stats: EncodedStats):
 
 
 @RULES.rule("jit_compile", phase="encoded", summary=(
-    f"XLA for kformer's own encoder when the run is expected to make at least {XLA_MIN_UPDATES:,} updates (each "
-    "batch shape compiles once, then every step runs faster), and always on JAX, whose steps run op by op without it"))
+    f"XLA when the run is expected to make at least {XLA_MIN_UPDATES:,} updates with kformer's own encoder, "
+    f"{XLA_MIN_UPDATES_FROZEN:,} with a frozen pretrained one (each batch shape compiles once, then every step runs "
+    "faster); off while a pretrained encoder is fine-tuned; always on JAX, whose steps run op by op without it"))
 def _jit_compile(config, stats: EncodedStats):
     import keras
 
-    return xla_rule(expected_updates(config, stats), keras.backend.backend(), config.encoder)
+    return xla_rule(expected_updates(config, stats), keras.backend.backend(), config.encoder,
+                    frozen=not config.encoder_learning_rate)
 
 
 def expected_updates(config, stats: EncodedStats) -> int:
@@ -412,16 +420,18 @@ def warmup_rule(updates: int) -> tuple[int, str]:
             f"{WARMUP_SHARE:.0%} of the ~{updates:,} updates expected, at least 1, at most {WARMUP_MAX}")
 
 
-def xla_rule(updates: int, backend: str, encoder: str = "scratch") -> tuple[bool, str]:
+def xla_rule(updates: int, backend: str, encoder: str = "scratch", frozen: bool = True) -> tuple[bool, str]:
     """``jit_compile`` for a run expected to make ``updates`` steps on this Keras ``backend``
-    with this ``encoder``."""
+    with this ``encoder`` (a pretrained one ``frozen`` or fine-tuned)."""
     if backend == "jax":
         return True, "JAX: without XLA every step runs op by op"
-    if encoder != "scratch":
-        return False, f"a pretrained encoder ({encoder}): its step under XLA is not measured"
-    if updates >= XLA_MIN_UPDATES:
-        return True, f"~{updates:,} updates expected: the per-shape compiles pay for themselves"
-    return False, f"~{updates:,} updates expected, under {XLA_MIN_UPDATES:,}: compiling each batch shape would cost more"
+    if encoder != "scratch" and not frozen:
+        return False, f"a fine-tuned pretrained encoder ({encoder}): its step under XLA is not measured"
+    least, whose = ((XLA_MIN_UPDATES, "") if encoder == "scratch" else
+                    (XLA_MIN_UPDATES_FROZEN, f" over the frozen {encoder}'s cached outputs"))
+    if updates >= least:
+        return True, f"~{updates:,} updates expected{whose}: the per-shape compiles pay for themselves"
+    return False, f"~{updates:,} updates expected{whose}, under {least:,}: compiling each batch shape would cost more"
 
 
 def early_stopping_rule(label_smoothing: float) -> tuple[str, str]:
