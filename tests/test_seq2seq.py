@@ -170,23 +170,31 @@ def test_shared_embeddings_are_one_table_for_source_target_and_output(tmp_path):
         Seq2SeqTransformer(13, 11, 10, 8, share_embeddings=True, **settings)
 
 
-def test_empty_pairs_filling_a_training_batch_change_neither_its_loss_nor_the_update():
+def test_empty_pairs_filling_a_training_batch_change_neither_its_loss_nor_its_gradient():
     """Translation fills a remainder batch with empty pairs for a compiled step (``full_rows``):
-    all padding, so the masked loss, the accuracy and every update are those of the real pairs
-    alone, step after step (within float32 reordering of the longer sums)."""
+    all padding, so the masked loss, the accuracy and the gradient (hence every update) are those
+    of the real pairs alone (within float32 reordering of the longer sums)."""
+    import tensorflow as tf
+
     from kformer.data.pair_batches import PairBatchPlan, pair_lengths
+    from kformer.metrics import MaskedAccuracy, MaskedSparseCategoricalCrossentropy
     from kformer.tasks.translate.batches import dataset
 
     sources = [[4, 5, 6], [7, 8], [9, 10, 11, 12], [5, 5]]
     targets = [[4, 6], [7, 7, 8], [9], [10, 4, 5]]
     plan = PairBatchPlan(pair_lengths(sources, targets), batch_tokens=64, shuffle=False)
     assert plan.steps == 1 and plan.full_rows(plan.epoch(0)[0]) == 8  # 4 pairs of width 8: 4 rows short
-    trained = {}
+    model, loss_fn = _model(encoder_layers=1, decoder_layers=1), MaskedSparseCategoricalCrossentropy(label_smoothing=0.1)
+    seen = {}
     for full in (False, True):
-        model = _model()
-        compile_seq2seq(model, 0.01, 0, None, label_smoothing=0.1)
         x, y = next(iter(dataset((sources, targets), plan, full_rows=full)))
         assert len(y) == (8 if full else 4)
-        trained[full] = [np.asarray(model.train_on_batch(x, y), dtype=float) for _ in range(3)]
-    assert trained[False][2][0] < trained[False][0][0]  # the steps train
-    np.testing.assert_allclose(trained[True], trained[False], rtol=1e-5)
+        with tf.GradientTape() as tape:
+            logits = model(x, training=False)
+            loss = loss_fn(y, logits)
+        accuracy = MaskedAccuracy()
+        accuracy.update_state(y, logits)
+        seen[full] = [float(loss), float(accuracy.result()), *map(tf.convert_to_tensor, tape.gradient(loss, model.trainable_variables))]
+    assert sum(float(np.abs(grad).sum()) for grad in seen[False][2:]) > 0  # the real pairs move the weights
+    for filled, alone in zip(seen[True], seen[False], strict=True):
+        np.testing.assert_allclose(np.asarray(filled), np.asarray(alone), rtol=1e-5, atol=1e-7)
