@@ -128,6 +128,7 @@ def test_cached_encoder_states_give_the_same_logits_as_the_backbone(tmp_path):
     np.testing.assert_allclose(cached, live, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_an_xla_step_over_cached_encoder_states_trains_as_the_plain_graph():
     """auto compiles a frozen encoder's training step with XLA on long runs: the same losses step
     after step as the plain graph's, within float32 reordering (XLA fuses and reorders sums)."""
