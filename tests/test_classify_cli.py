@@ -1,4 +1,8 @@
-"""`kformer train classify` -> `predict` -> `evaluate` in new processes, and every bad input.
+"""`kformer train classify` -> `predict` -> `evaluate`, and every bad input.
+
+Training and one `predict` (texts on stdin) run as new processes, the way a user runs them; the
+other commands on the trained folder run in-process through :func:`kformer.cli.main` (the same
+exit status and output at a fraction of a process's start-up: TensorFlow loads once).
 
 The data is generated: three ticket queues (label names with spaces and '&', kept as written),
 each with its own keywords among shared filler words, so a tiny encoder learns it in a few
@@ -64,11 +68,21 @@ def test_train_writes_a_complete_model_folder(trained):
     assert not [p for p in root.iterdir() if p.name.startswith(".model")]  # no staging folder left
 
 
-def test_predict_arguments_stdin_csv_and_threshold(trained):
+def in_process(capsys, *args: str) -> str:
+    """``kformer ARGS`` through :func:`kformer.cli.main`: its stdout (the exit status must be 0)."""
+    from kformer.cli import main
+
+    capsys.readouterr()
+    code = main([str(a) for a in args])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return captured.out
+
+
+def test_predict_arguments_stdin_csv_and_threshold(trained, capsys):
     _, model, _ = trained
-    done = kformer("predict", model, "my laptop screen will not boot", "refund the invoice", "--top-k", "2")
-    assert done.returncode == 0, done.stderr
-    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    out = in_process(capsys, "predict", model, "my laptop screen will not boot", "refund the invoice", "--top-k", "2")
+    rows = [json.loads(line) for line in out.splitlines()]
     assert [r["label"] for r in rows] == ["Hardware", "Billing & Payments"]
     for row in rows:
         probs = [t["probability"] for t in row["top_k"]]
@@ -87,11 +101,9 @@ def test_predict_arguments_stdin_csv_and_threshold(trained):
     assert float(table[1]["probability"]) < 0.9999 and table[1]["top_k"].count(":") == 1
 
 
-def test_evaluate_json_matches_training_metrics(trained):
+def test_evaluate_json_matches_training_metrics(trained, capsys):
     _, model, test = trained
-    done = kformer("evaluate", model, "--data", test, "--json")
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
+    report = json.loads(in_process(capsys, "evaluate", model, "--data", test, "--json"))
     metrics = json.loads((model / "metrics.json").read_text(encoding="utf-8"))
     assert report["n"] == 90
     assert report["accuracy"] == pytest.approx(metrics["test"]["accuracy"], abs=1e-6)
@@ -157,11 +169,9 @@ def test_predict_on_bad_model_folders(trained, tmp_path, capsys):
         assert err.startswith("kformer: error: ") and "\n" not in err and fragment in err
 
 
-def test_attention_maps_for_a_text(trained):
+def test_attention_maps_for_a_text(trained, capsys):
     _, model, _ = trained
-    done = kformer("attention", model, "my laptop screen")
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
+    lines = in_process(capsys, "attention", model, "my laptop screen").splitlines()
     assert lines[0] == "model output: Hardware"
     written = [Path(line.strip()) for line in lines if line.strip().endswith(".png")]
     assert {p.name for p in written} == {"encoder_layer1.png", "encoder_grid.png"}
