@@ -92,6 +92,20 @@ TICKET_QUEUES = {
 TICKET_FILLER = "please help me with my the a today urgent thanks again issue since monday".split()
 
 
+def cli(capsys, *argv) -> tuple[int, str, str]:
+    """``kformer ARGV`` in-process through :func:`kformer.cli.main`: (exit status, stdout, stderr);
+    argparse's exit is caught. TensorFlow is already loaded: a fraction of a new process's start-up."""
+    from kformer.cli import main
+
+    capsys.readouterr()
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as exc:  # argparse
+        code = exc.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
 def write_csv(path: Path, rows, header=("text", "label")) -> Path:
     import csv
 

@@ -19,10 +19,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import TICKET_QUEUES, number_pairs, write_csv, write_tickets
+from conftest import TICKET_QUEUES, cli, number_pairs, write_csv, write_tickets
 from server_helpers import TINY_ARITHMETIC, TINY_CLASSIFIER
 
-from kformer.cli import main
 from kformer.errors import BadInput, CorruptModel, KformerError, ModelNotFound, Unsupported
 
 CLASSIFY = {**TINY_CLASSIFIER, "epochs": 1}
@@ -38,17 +37,6 @@ LONG_TEXT = " ".join(["laptop", "screen", "boot", "please"] * 12_500)  # 50,000 
 
 
 # --- helpers --------------------------------------------------------------------------------------
-
-
-def cli(capsys, *argv: str) -> tuple[int, str, str]:
-    """``kformer ARGV`` in-process: (exit status, stdout, stderr); argparse's exit is caught."""
-    capsys.readouterr()
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exc:  # argparse
-        code = exc.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def refused(capsys, argv, status: int, words: str) -> str:

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 from conftest import TICKET_QUEUES as QUEUES
+from conftest import cli, write_tickets
 from conftest import write_csv as _write_csv
-from conftest import write_tickets
 
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "KFORMER_DEBUG": ""}
 
@@ -68,15 +68,11 @@ def test_train_writes_a_complete_model_folder(trained):
     assert not [p for p in root.iterdir() if p.name.startswith(".model")]  # no staging folder left
 
 
-def in_process(capsys, *args: str) -> str:
-    """``kformer ARGS`` through :func:`kformer.cli.main`: its stdout (the exit status must be 0)."""
-    from kformer.cli import main
-
-    capsys.readouterr()
-    code = main([str(a) for a in args])
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    return captured.out
+def in_process(capsys, *args) -> str:
+    """:func:`conftest.cli`'s stdout; the exit status must be 0."""
+    code, out, err = cli(capsys, *args)
+    assert code == 0, err
+    return out
 
 
 def test_predict_arguments_stdin_csv_and_threshold(trained, capsys):
